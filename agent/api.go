@@ -1,0 +1,129 @@
+// Package agent runs citegate's agent loop: a Model streams text and tool calls, Tools run, every
+// message is persisted, completion hooks (among them the citation hook) run when the phase is final,
+// and run Events reach subscribers (desktop hub, chat channels, metrics).
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/store"
+)
+
+// EventType names a run event. The values are the desktop websocket frame types.
+type EventType string
+
+// Run events, emitted per run in this order: RunStarted, then any of ToolStarted / ToolFinished /
+// AnswerDelta, then AnswerFinal (not for FAILED runs without text), Citations (only when at least one
+// citation was verified), RunFinished.
+const (
+	EventRunStarted   EventType = "run.started"
+	EventToolStarted  EventType = "tool.started"
+	EventToolFinished EventType = "tool.finished"
+	EventAnswerDelta  EventType = "answer.delta"
+	EventAnswerFinal  EventType = "answer.final"
+	EventCitations    EventType = "citations"
+	EventRunFinished  EventType = "run.finished"
+)
+
+// Event is one run event. Fields that do not concern a type are zero.
+type Event struct {
+	Type      EventType `json:"type"`
+	SessionID string    `json:"sessionId"`
+	RunID     string    `json:"runId"`
+	Channel   string    `json:"-"`
+	At        time.Time `json:"-"`
+
+	// run.started
+	UserMessageID uint64 `json:"userMessageId,omitempty"`
+	Model         string `json:"model,omitempty"`
+
+	// tool.started / tool.finished
+	CallID    string `json:"callId,omitempty"`
+	Tool      string `json:"tool,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	OK        bool   `json:"ok,omitempty"`
+
+	// answer.delta: Text is already marker-free (citations.Stripper output).
+	Text string `json:"text,omitempty"`
+
+	// answer.final / citations: the final ASSISTANT message; Content keeps the raw markers.
+	MessageID uint64               `json:"messageId,omitempty"`
+	Content   string               `json:"content,omitempty"`
+	Citations []citations.Citation `json:"citations,omitempty"`
+
+	// run.finished
+	Phase store.Phase `json:"phase,omitempty"`
+	Error string      `json:"error,omitempty"`
+}
+
+// Sink receives the events of one run. It is called from the run's goroutine in event order and
+// must not block for long; a panicking sink is recovered and logged.
+type Sink func(Event)
+
+// Turn is one user message submitted to a session.
+type Turn struct {
+	SessionID string
+	Text      string
+	Channel   string // "desktop", "feishu", …; recorded on the run, used for metrics
+	Sink      Sink   // optional per-run events, in addition to Agent.Subscribe subscribers
+}
+
+// ChatMessage is one message handed to a Model.
+type ChatMessage struct {
+	Role       string           `json:"role"` // "system", "user", "assistant", "tool"
+	Content    string           `json:"content"`
+	ToolCalls  []store.ToolCall `json:"toolCalls,omitempty"`
+	ToolCallID string           `json:"toolCallId,omitempty"`
+	Name       string           `json:"name,omitempty"` // tool name, for role "tool"
+}
+
+// ToolSpec describes a tool to a Model.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"` // JSON Schema object
+}
+
+// ModelRequest is one model round.
+type ModelRequest struct {
+	Messages []ChatMessage
+	Tools    []ToolSpec
+}
+
+// ModelResponse is the complete result of one round: text and/or tool calls.
+type ModelResponse struct {
+	Text      string
+	ToolCalls []store.ToolCall
+}
+
+// Model produces one round of an answer, calling onDelta with raw text deltas (markers included) as
+// they arrive. Implementations: OpenAI-compatible chat completions, and the offline extractive model.
+type Model interface {
+	// Name is shown to users, e.g. "gpt-4o-mini" or "extractive (no LLM)".
+	Name() string
+	Generate(ctx context.Context, req ModelRequest, onDelta func(string)) (ModelResponse, error)
+}
+
+// Tool is one tool the model may call. Call returns the content handed to the model: the success
+// shape or the failure shape of DESIGN §4 ({"error":…} / {"error":…,"url":…}). A non-nil error is
+// turned into {"error": err.Error()} by the loop.
+type Tool interface {
+	Spec() ToolSpec
+	Call(ctx context.Context, arguments string) (string, error)
+}
+
+// RunResult is what completion hooks see: the run with its terminal phase already persisted, and the
+// run's final ASSISTANT message (nil when there is none).
+type RunResult struct {
+	Run   store.Run
+	Final *store.Message
+}
+
+// Hook runs after a run's terminal phase is persisted. Errors and panics are logged and isolated.
+type Hook interface {
+	Name() string
+	AfterRun(ctx context.Context, r RunResult) error
+}

@@ -1,0 +1,73 @@
+// Package channels joins chat platforms (Feishu/Lark, DingTalk, WeChat) to the agent. Each platform
+// lives in its own subpackage behind the Channel interface; the Dispatcher in this package owns what
+// is common: durable dedup, sessions per conversation, per-session FIFO, chat commands, and the reply
+// stream that strips every citation marker before a byte reaches a platform.
+package channels
+
+import (
+	"context"
+	"net/http"
+)
+
+// Message is one inbound chat message, already verified (signature, token) by its channel.
+type Message struct {
+	Channel        string // "feishu", "dingtalk", "wechat"
+	ID             string // the platform's message id: the durable dedup key
+	ConversationID string // chat/conversation id (group or private), or the user id for 1:1-only platforms
+	SenderID       string // platform user id
+	SenderName     string
+	Group          bool
+	Mentioned      bool   // in groups: whether the bot was @-mentioned
+	Text           string // mention already removed, trimmed
+	// Ref carries what the channel needs to reply (message id, session webhook, open id, …). The
+	// dispatcher never looks inside.
+	Ref any
+}
+
+// Handler receives inbound messages. HandleMessage returns quickly (the platform's ack window); the
+// run happens asynchronously.
+type Handler interface {
+	HandleMessage(ctx context.Context, m Message)
+}
+
+// Reply is the outbound stream of one answer. The dispatcher calls Start once, then Update any number
+// of times with the full marker-free text so far (each extending the previous one, at most
+// Limits.UpdatesPerSecond), then exactly one of Finish or Fail. Implementations split or truncate to
+// the platform's limits with a visible note.
+type Reply interface {
+	Start(ctx context.Context) error
+	Update(ctx context.Context, text string) error
+	Finish(ctx context.Context, text string) error
+	Fail(ctx context.Context, reason string) error
+}
+
+// Limits tells the dispatcher how to pace a channel's Reply.
+type Limits struct {
+	// UpdatesPerSecond bounds Reply.Update calls; 0 means the channel does not stream (Update is not
+	// called at all).
+	UpdatesPerSecond float64
+}
+
+// Channel is one chat platform.
+type Channel interface {
+	// Name is the channel's key: "feishu", "dingtalk", "wechat".
+	Name() string
+	// Start connects to the platform and delivers inbound messages to h until ctx ends. It returns an
+	// error when the channel cannot start (bad credentials, unreachable endpoint); the gateway logs it
+	// and keeps the other channels running. Channels that only receive webhooks return nil at once.
+	Start(ctx context.Context, h Handler) error
+	// Reply opens the reply stream for an answer to m.
+	Reply(ctx context.Context, m Message) (Reply, error)
+	// Send sends one plain text message in m's conversation (command answers, notices).
+	Send(ctx context.Context, m Message, text string) error
+	// Limits is the pacing the channel needs.
+	Limits() Limits
+}
+
+// WebhookChannel is a Channel that also receives events over HTTP; the gateway mounts its routes.
+type WebhookChannel interface {
+	Channel
+	// Routes maps URL paths (e.g. "/channels/wechat") to handlers. The handlers hand messages to the
+	// Handler that Start received; before Start they answer 503.
+	Routes() map[string]http.Handler
+}

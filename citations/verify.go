@@ -1,0 +1,101 @@
+package citations
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// Citation is one verified citation as stored in metadata.citations. N is the registry number.
+type Citation struct {
+	N           int        `json:"n"`
+	URL         string     `json:"url"`
+	Title       string     `json:"title"`
+	Tool        string     `json:"tool,omitempty"`
+	RetrievedAt *time.Time `json:"retrievedAt,omitempty"`
+	Digest      string     `json:"digest,omitempty"`
+}
+
+// Verification is the outcome of checking an answer against a registry.
+type Verification struct {
+	Citations []Citation // cited entries only, ordered by N, each once
+	Seen      int        // markers in the answer
+	Kept      int        // markers pointing into the registry
+	Dropped   int        // Seen - Kept
+}
+
+// Verify keeps the markers of content with 1 ≤ n ≤ reg.Len(), each number once, ordered by n.
+func Verify(content string, reg *Registry) Verification {
+	var v Verification
+	var seen map[int]bool
+	for _, n := range Extract(content) {
+		v.Seen++
+		src, ok := reg.Lookup(n)
+		if !ok {
+			continue
+		}
+		v.Kept++
+		if seen[n] {
+			continue
+		}
+		if seen == nil {
+			seen = make(map[int]bool)
+		}
+		seen[n] = true
+		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: Digest(src.Excerpt)}
+		if !src.At.IsZero() {
+			at := src.At.UTC()
+			c.RetrievedAt = &at
+		}
+		v.Citations = append(v.Citations, c)
+	}
+	v.Dropped = v.Seen - v.Kept
+	slices.SortFunc(v.Citations, func(a, b Citation) int { return a.N - b.N })
+	return v
+}
+
+// DisplayNumbers maps registry numbers to display numbers 1..k in n order: with citations n={2,5},
+// [^5^] shows as 2.
+func DisplayNumbers(cits []Citation) map[int]int {
+	sorted := slices.Clone(cits)
+	slices.SortFunc(sorted, func(a, b Citation) int { return a.N - b.N })
+	m := make(map[int]int, len(sorted))
+	for _, c := range sorted {
+		if _, dup := m[c.N]; !dup {
+			m[c.N] = len(m) + 1
+		}
+	}
+	return m
+}
+
+// FromMetadata reads metadata.citations from a message's metadata. Anything malformed yields no
+// citations and no error: a bad entry is skipped, a bad document yields nil. Entries are returned
+// ordered by N, each N once, URLs http(s) only.
+func FromMetadata(metadata []byte) []Citation {
+	if len(metadata) == 0 {
+		return nil
+	}
+	var doc struct {
+		Citations []json.RawMessage `json:"citations"`
+	}
+	if json.Unmarshal(metadata, &doc) != nil {
+		return nil
+	}
+	var out []Citation
+	seen := map[int]bool{}
+	for _, raw := range doc.Citations {
+		var c Citation
+		if json.Unmarshal(raw, &c) != nil || c.N < 1 || seen[c.N] {
+			continue
+		}
+		u, ok := NormalizeURL(c.URL)
+		if !ok {
+			continue
+		}
+		c.URL = u
+		seen[c.N] = true
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Citation) int { return a.N - b.N })
+	return out
+}

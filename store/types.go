@@ -1,0 +1,109 @@
+// Package store persists citegate's records (sessions, messages, runs, users, shares, dedup keys) in
+// a bbolt file. It owns the record types; it knows nothing of channels, HTTP or the agent loop.
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Role is the author of a message.
+type Role string
+
+// Message roles.
+const (
+	RoleUser      Role = "USER"
+	RoleAssistant Role = "ASSISTANT"
+	RoleTool      Role = "TOOL"
+)
+
+// Phase is the state of a run.
+type Phase string
+
+// Run phases. RUNNING is the only non-terminal one.
+const (
+	PhaseRunning   Phase = "RUNNING"
+	PhaseCompleted Phase = "COMPLETED"
+	PhaseFailed    Phase = "FAILED"
+	PhaseCancelled Phase = "CANCELLED"
+)
+
+// Terminal reports whether p is a final phase.
+func (p Phase) Terminal() bool { return p == PhaseCompleted || p == PhaseFailed || p == PhaseCancelled }
+
+// Errors callers match with errors.Is.
+var (
+	// ErrNotFound: no such record (or, for shares, a revoked one).
+	ErrNotFound = errors.New("not found")
+	// ErrLocked: another process holds the database file.
+	ErrLocked = errors.New("database is locked by another process")
+	// ErrBadMetadata: a message's stored metadata is not a JSON object, so it cannot be merged.
+	ErrBadMetadata = errors.New("message metadata is not a JSON object")
+)
+
+// ToolCall is one tool invocation requested by the model in an ASSISTANT message.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Message is one persisted chat message. IDs are global and strictly increasing, so "after the last
+// USER message" is a plain id comparison.
+type Message struct {
+	ID         uint64     `json:"id"`
+	SessionID  string     `json:"sessionId"`
+	RunID      string     `json:"runId,omitempty"`
+	Role       Role       `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"toolCalls,omitempty"`
+	ToolCallID string     `json:"toolCallId,omitempty"`
+	ToolName   string     `json:"toolName,omitempty"`
+	// Metadata is a JSON object or empty. Citations live under the "citations" key.
+	Metadata  json.RawMessage `json:"metadata,omitempty"`
+	CreatedAt time.Time       `json:"createdAt"`
+}
+
+// Session is one conversation: a desktop chat or a chat-platform conversation.
+type Session struct {
+	ID        string    `json:"id"`
+	UserID    string    `json:"userId"`
+	Channel   string    `json:"channel"` // "desktop", "feishu", "dingtalk", "wechat", "cli"
+	Title     string    `json:"title"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Run is one agent run answering one USER message.
+type Run struct {
+	ID             string    `json:"id"`
+	SessionID      string    `json:"sessionId"`
+	Channel        string    `json:"channel"`
+	Phase          Phase     `json:"phase"`
+	StartedAt      time.Time `json:"startedAt"`
+	EndedAt        time.Time `json:"endedAt,omitzero"`
+	Error          string    `json:"error,omitempty"`
+	UserMessageID  uint64    `json:"userMessageId,omitempty"`
+	FinalMessageID uint64    `json:"finalMessageId,omitempty"`
+	MarkersSeen    int       `json:"markersSeen"`
+	MarkersKept    int       `json:"markersKept"`
+	MarkersDropped int       `json:"markersDropped"`
+}
+
+// User is a desktop/API user. Its access token is stored only as a hash.
+type User struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Share is a read-only link to a session frozen at Watermark (the last message id at creation).
+// The token itself is never stored; TokenHash identifies it.
+type Share struct {
+	TokenHash string    `json:"tokenHash"`
+	SessionID string    `json:"sessionId"`
+	OwnerID   string    `json:"ownerId"`
+	Watermark uint64    `json:"watermark"`
+	CreatedAt time.Time `json:"createdAt"`
+}
