@@ -54,9 +54,12 @@ type Event struct {
 	Content   string               `json:"content,omitempty"`
 	Citations []citations.Citation `json:"citations,omitempty"`
 
-	// run.finished
-	Phase store.Phase `json:"phase,omitempty"`
-	Error string      `json:"error,omitempty"`
+	// run.finished; the marker counts are those of the citation check (zero when it did not run).
+	Phase          store.Phase `json:"phase,omitempty"`
+	Error          string      `json:"error,omitempty"`
+	MarkersSeen    int         `json:"-"`
+	MarkersKept    int         `json:"-"`
+	MarkersDropped int         `json:"-"`
 }
 
 // Sink receives the events of one run. It is called from the run's goroutine in event order and

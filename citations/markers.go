@@ -168,3 +168,21 @@ func (s *Stripper) Flush() string {
 
 // Pending reports how many bytes are held back.
 func (s *Stripper) Pending() int { return len(s.pending) }
+
+// Replace returns text with every marker replaced by fn(marker). Returning "" removes the marker.
+func Replace(text string, fn func(Marker) string) string {
+	ms := Markers(text)
+	if len(ms) == 0 {
+		return text
+	}
+	var b strings.Builder
+	b.Grow(len(text))
+	last := 0
+	for _, m := range ms {
+		b.WriteString(text[last:m.Start])
+		b.WriteString(fn(m))
+		last = m.End
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
