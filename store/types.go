@@ -40,6 +40,10 @@ var (
 	ErrLocked = errors.New("database is locked by another process")
 	// ErrBadMetadata: a message's stored metadata is not a JSON object, so it cannot be merged.
 	ErrBadMetadata = errors.New("message metadata is not a JSON object")
+	// ErrInvalid: an argument is malformed (empty name, bad id, metadata that is not an object, …).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrConflict: the request conflicts with stored state (name taken, id exists, run already finished).
+	ErrConflict = errors.New("conflict")
 )
 
 // ToolCall is one tool invocation requested by the model in an ASSISTANT message.

@@ -1,0 +1,260 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// AppendMessage stores m as the next message of its session. It assigns the ID (global and strictly
+// increasing; any ID in m is ignored), sets CreatedAt when zero and bumps the session's UpdatedAt.
+// A non-empty Metadata must be a JSON object (ErrInvalid otherwise); it is stored compacted. An
+// unknown session is ErrNotFound.
+func (s *Store) AppendMessage(ctx context.Context, m Message) (Message, error) {
+	if err := checkID("session", m.SessionID); err != nil {
+		return Message{}, fmt.Errorf("store: append message: %w", err)
+	}
+	switch m.Role {
+	case RoleUser, RoleAssistant, RoleTool:
+	default:
+		return Message{}, fmt.Errorf("store: append message: %w: unknown role %q", ErrInvalid, m.Role)
+	}
+	if len(bytes.TrimSpace(m.Metadata)) == 0 {
+		m.Metadata = nil
+	} else {
+		fields, err := parseObject(m.Metadata)
+		if err != nil {
+			return Message{}, fmt.Errorf("store: append message: %w: metadata must be a JSON object: %w", ErrInvalid, err)
+		}
+		m.Metadata = writeObject(fields)
+	}
+	now := s.nowUTC()
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = now
+	} else {
+		m.CreatedAt = normTime(m.CreatedAt)
+	}
+	in := m
+	var out Message
+	// Batch is safe here: every run starts from the caller's message and recomputes the id inside
+	// the transaction that commits it, so a retry cannot leave a duplicate behind.
+	err := s.batch(ctx, "append message", func(tx *bolt.Tx) error {
+		sessions := tx.Bucket(bucketSessions)
+		var sess Session
+		if err := getJSON(sessions, []byte(in.SessionID), "session", &sess); err != nil {
+			return err
+		}
+		msgs := tx.Bucket(bucketMessages)
+		id, err := msgs.NextSequence()
+		if err != nil {
+			return fmt.Errorf("next message id: %w", err)
+		}
+		msg := in
+		msg.ID = id
+		if err := putJSON(msgs, u64(id), msg); err != nil {
+			return fmt.Errorf("message %d: %w", id, err)
+		}
+		if err := tx.Bucket(bucketSessionMessages).Put(prefixKey(msg.SessionID, u64(id)), nil); err != nil {
+			return fmt.Errorf("index message %d: %w", id, err)
+		}
+		if now.After(sess.UpdatedAt) {
+			sess.UpdatedAt = now
+		}
+		if err := putJSON(sessions, []byte(sess.ID), sess); err != nil {
+			return fmt.Errorf("session %q: %w", sess.ID, err)
+		}
+		out = msg
+		return nil
+	})
+	if err != nil {
+		return Message{}, err
+	}
+	return out, nil
+}
+
+// GetMessage returns the message with id, or ErrNotFound.
+func (s *Store) GetMessage(ctx context.Context, id uint64) (Message, error) {
+	var m Message
+	err := s.view(ctx, "get message", func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketMessages), u64(id), "message", &m)
+	})
+	return m, err
+}
+
+// ListMessages returns a session's messages in ascending id order (empty slice when it has none).
+// An unknown session is ErrNotFound.
+func (s *Store) ListMessages(ctx context.Context, sessionID string) ([]Message, error) {
+	out := []Message{}
+	err := s.view(ctx, "list messages", func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketSessions).Get([]byte(sessionID)) == nil {
+			return fmt.Errorf("session %q: %w", sessionID, ErrNotFound)
+		}
+		msgs := tx.Bucket(bucketMessages)
+		return scanPrefix(tx.Bucket(bucketSessionMessages), sessionID, func(suffix, _ []byte) error {
+			if len(suffix) != 8 {
+				return fmt.Errorf("corrupt message index key for session %q", sessionID)
+			}
+			var m Message
+			if err := getJSON(msgs, suffix, "message", &m); err != nil {
+				return err
+			}
+			out = append(out, m)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LastMessageID returns the id of a session's newest message, 0 when it has none. An unknown
+// session is ErrNotFound.
+func (s *Store) LastMessageID(ctx context.Context, sessionID string) (uint64, error) {
+	var id uint64
+	err := s.view(ctx, "last message id", func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketSessions).Get([]byte(sessionID)) == nil {
+			return fmt.Errorf("session %q: %w", sessionID, ErrNotFound)
+		}
+		suffix := lastWithPrefix(tx.Bucket(bucketSessionMessages), sessionID)
+		if suffix == nil {
+			return nil
+		}
+		if len(suffix) != 8 {
+			return fmt.Errorf("corrupt message index key for session %q", sessionID)
+		}
+		id = binary.BigEndian.Uint64(suffix)
+		return nil
+	})
+	return id, err
+}
+
+// MergeMetadata merges patch into one message's metadata in a single transaction: patched keys are
+// replaced or appended, every other key keeps its position and its bytes. Empty or absent metadata
+// counts as {}. Stored metadata that is not a JSON object is ErrBadMetadata and nothing is written;
+// a patch value that is not valid JSON is ErrInvalid.
+func (s *Store) MergeMetadata(ctx context.Context, id uint64, patch map[string]json.RawMessage) error {
+	compacted := make(map[string]json.RawMessage, len(patch))
+	for k, v := range patch {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, v); err != nil {
+			return fmt.Errorf("store: merge metadata: %w: value of %q is not valid JSON: %w", ErrInvalid, k, err)
+		}
+		compacted[k] = buf.Bytes()
+	}
+	// Applying the same patch twice yields the same record, so Batch's retry is harmless.
+	return s.batch(ctx, "merge metadata", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMessages)
+		var m Message
+		if err := getJSON(b, u64(id), "message", &m); err != nil {
+			return err
+		}
+		var fields []field
+		if len(bytes.TrimSpace(m.Metadata)) > 0 {
+			var err error
+			if fields, err = parseObject(m.Metadata); err != nil {
+				return fmt.Errorf("message %d: %w: %w", id, ErrBadMetadata, err)
+			}
+		}
+		m.Metadata = writeObject(mergeFields(fields, compacted))
+		return putJSON(b, u64(id), m)
+	})
+}
+
+// field is one member of a JSON object with its value's raw bytes.
+type field struct {
+	key string
+	val json.RawMessage
+}
+
+// parseObject splits a JSON object into its members in document order, keeping each value's bytes.
+func parseObject(raw []byte) ([]field, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	fields := []field{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil, errors.New("object key is not a string")
+		}
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, err
+		}
+		fields = append(fields, field{key: key, val: val})
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("trailing data after JSON object")
+	}
+	return fields, nil
+}
+
+// mergeFields replaces patched keys in place (dropping later duplicates of them) and appends new
+// keys in sorted order so the result does not depend on map iteration.
+func mergeFields(fields []field, patch map[string]json.RawMessage) []field {
+	out := make([]field, 0, len(fields)+len(patch))
+	done := make(map[string]bool, len(patch))
+	for _, f := range fields {
+		v, patched := patch[f.key]
+		switch {
+		case !patched:
+			out = append(out, f)
+		case !done[f.key]:
+			out = append(out, field{key: f.key, val: v})
+			done[f.key] = true
+		}
+	}
+	var added []string
+	for k := range patch {
+		if !done[k] {
+			added = append(added, k)
+		}
+	}
+	slices.Sort(added)
+	for _, k := range added {
+		out = append(out, field{key: k, val: patch[k]})
+	}
+	return out
+}
+
+// writeObject serialises fields as a compact JSON object, copying values verbatim.
+func writeObject(fields []field) json.RawMessage {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	for i, f := range fields {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		k, _ := encodeJSON(f.key) // a Go string always encodes.
+		buf.Write(k)
+		buf.WriteByte(':')
+		var c bytes.Buffer
+		if json.Compact(&c, f.val) == nil {
+			buf.Write(c.Bytes())
+		} else {
+			buf.Write(f.val)
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes()
+}

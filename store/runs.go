@@ -1,0 +1,143 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// CreateRun stores a new run in phase RUNNING. It assigns a random ID when r.ID is empty and sets
+// StartedAt when zero; EndedAt, Error and the terminal fields are cleared. An unknown session is
+// ErrNotFound, an existing ID ErrConflict.
+func (s *Store) CreateRun(ctx context.Context, r Run) (Run, error) {
+	if r.ID == "" {
+		r.ID = newID()
+	}
+	if err := checkID("run", r.ID); err != nil {
+		return Run{}, fmt.Errorf("store: create run: %w", err)
+	}
+	r.Phase = PhaseRunning
+	if r.StartedAt.IsZero() {
+		r.StartedAt = s.nowUTC()
+	} else {
+		r.StartedAt = normTime(r.StartedAt)
+	}
+	r.EndedAt = time.Time{}
+	r.Error = ""
+	r.FinalMessageID = 0
+	err := s.update(ctx, "create run", func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketSessions).Get([]byte(r.SessionID)) == nil {
+			return fmt.Errorf("session %q: %w", r.SessionID, ErrNotFound)
+		}
+		runs := tx.Bucket(bucketRuns)
+		if runs.Get([]byte(r.ID)) != nil {
+			return fmt.Errorf("run %q: %w", r.ID, ErrConflict)
+		}
+		if err := putJSON(runs, []byte(r.ID), r); err != nil {
+			return fmt.Errorf("run %q: %w", r.ID, err)
+		}
+		idx := tx.Bucket(bucketSessionRuns)
+		seq, err := idx.NextSequence()
+		if err != nil {
+			return fmt.Errorf("run index sequence: %w", err)
+		}
+		if err := idx.Put(prefixKey(r.SessionID, u64(seq)), []byte(r.ID)); err != nil {
+			return fmt.Errorf("index run %q: %w", r.ID, err)
+		}
+		return tx.Bucket(bucketRunning).Put([]byte(r.ID), nil)
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	return r, nil
+}
+
+// FinishRun moves a RUNNING run to a terminal phase, recording errMsg, finalMessageID and EndedAt.
+// A non-terminal phase is ErrInvalid; a run that already finished is ErrConflict (its record is left
+// untouched); an unknown run is ErrNotFound.
+func (s *Store) FinishRun(ctx context.Context, id string, phase Phase, errMsg string, finalMessageID uint64) (Run, error) {
+	if !phase.Terminal() {
+		return Run{}, fmt.Errorf("store: finish run %q: %w: phase %q is not terminal", id, ErrInvalid, phase)
+	}
+	var out Run
+	err := s.update(ctx, "finish run", func(tx *bolt.Tx) error {
+		runs := tx.Bucket(bucketRuns)
+		var r Run
+		if err := getJSON(runs, []byte(id), "run", &r); err != nil {
+			return err
+		}
+		if r.Phase.Terminal() {
+			return fmt.Errorf("run %q already finished as %s: %w", id, r.Phase, ErrConflict)
+		}
+		r.Phase = phase
+		r.Error = errMsg
+		r.FinalMessageID = finalMessageID
+		r.EndedAt = s.nowUTC()
+		if err := putJSON(runs, []byte(id), r); err != nil {
+			return fmt.Errorf("run %q: %w", id, err)
+		}
+		if err := tx.Bucket(bucketRunning).Delete([]byte(id)); err != nil {
+			return fmt.Errorf("run %q: %w", id, err)
+		}
+		out = r
+		return nil
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	return out, nil
+}
+
+// SetRunMarkers records a run's citation marker counts (seen in the final content, kept after
+// verification, dropped). Negative counts are ErrInvalid; an unknown run is ErrNotFound.
+func (s *Store) SetRunMarkers(ctx context.Context, id string, seen, kept, dropped int) error {
+	if seen < 0 || kept < 0 || dropped < 0 {
+		return fmt.Errorf("store: set run markers %q: %w: negative count", id, ErrInvalid)
+	}
+	return s.update(ctx, "set run markers", func(tx *bolt.Tx) error {
+		runs := tx.Bucket(bucketRuns)
+		var r Run
+		if err := getJSON(runs, []byte(id), "run", &r); err != nil {
+			return err
+		}
+		r.MarkersSeen, r.MarkersKept, r.MarkersDropped = seen, kept, dropped
+		return putJSON(runs, []byte(id), r)
+	})
+}
+
+// GetRun returns the run with id, or ErrNotFound.
+func (s *Store) GetRun(ctx context.Context, id string) (Run, error) {
+	var r Run
+	err := s.view(ctx, "get run", func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketRuns), []byte(id), "run", &r)
+	})
+	return r, err
+}
+
+// ListRuns returns a session's runs, oldest StartedAt first (ties in creation order). An unknown
+// session is ErrNotFound; a session without runs gets an empty slice.
+func (s *Store) ListRuns(ctx context.Context, sessionID string) ([]Run, error) {
+	out := []Run{}
+	err := s.view(ctx, "list runs", func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketSessions).Get([]byte(sessionID)) == nil {
+			return fmt.Errorf("session %q: %w", sessionID, ErrNotFound)
+		}
+		runs := tx.Bucket(bucketRuns)
+		return scanPrefix(tx.Bucket(bucketSessionRuns), sessionID, func(_, runID []byte) error {
+			var r Run
+			if err := getJSON(runs, runID, "run", &r); err != nil {
+				return err
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b Run) int { return a.StartedAt.Compare(b.StartedAt) })
+	return out, nil
+}
