@@ -3,7 +3,10 @@
 // verification of an answer's markers against that registry. It uses the standard library only.
 package citations
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+)
 
 // MaxDigits bounds the digits of a marker number. Extract, Strip and Stripper share it, so a longer
 // run of digits such as "[^1234567890^]" is ordinary text everywhere.
@@ -70,39 +73,60 @@ func Extract(text string) []int {
 	return out
 }
 
-// Strip removes every marker from text and leaves everything else byte for byte.
+// Strip removes every marker from text and leaves everything else byte for byte. Removing a marker
+// can join its neighbours into a new one ("[^1[^2^]^]" → "[^1^]"); Strip removes those too, so its
+// result never holds a marker: Strip(Strip(x)) == Strip(x).
 func Strip(text string) string {
-	first := strings.Index(text, "[^")
-	if first < 0 {
+	if !strings.Contains(text, "[^") {
 		return text
 	}
-	var b strings.Builder
-	b.Grow(len(text))
-	last := 0
-	for i := first; i < len(text); {
-		k := strings.Index(text[i:], "[^")
+	var r reducer
+	r.out = make([]byte, 0, len(text))
+	r.write(text)
+	return string(r.out)
+}
+
+// reducer appends text to out and removes a marker as soon as its closing ']' arrives. Because out
+// never holds a marker, a new one can only end at the byte just appended.
+type reducer struct {
+	out []byte
+}
+
+func (r *reducer) write(s string) {
+	for len(s) > 0 {
+		k := strings.IndexByte(s, ']')
 		if k < 0 {
-			break
+			r.out = append(r.out, s...)
+			return
 		}
-		i += k
-		if _, end, ok := matchAt(text, i); ok {
-			b.WriteString(text[last:i])
-			last, i = end, end
-			continue
+		r.out = append(r.out, s[:k+1]...)
+		s = s[k+1:]
+		if start, ok := markerSuffix(r.out); ok {
+			r.out = r.out[:start]
 		}
-		i++
 	}
-	if last == 0 {
-		return text
+}
+
+// markerSuffix reports whether b ends with a marker and where it starts.
+func markerSuffix(b []byte) (int, bool) {
+	n := len(b)
+	if n < 5 || b[n-1] != ']' || b[n-2] != '^' {
+		return 0, false
 	}
-	b.WriteString(text[last:])
-	return b.String()
+	j := n - 3
+	for j >= 0 && isDigit(b[j]) && n-3-j < MaxDigits {
+		j--
+	}
+	if j == n-3 || j < 1 || b[j] != '^' || b[j-1] != '[' {
+		return 0, false
+	}
+	return j - 1, true
 }
 
 // couldBecomeMarker reports whether s (which starts with '[') is a proper prefix of some marker, so
 // more input could still turn it into one.
-func couldBecomeMarker(s string) bool {
-	if len(s) >= maxMarkerLen || s[0] != '[' {
+func couldBecomeMarker(s []byte) bool {
+	if len(s) == 0 || len(s) >= maxMarkerLen || s[0] != '[' {
 		return false
 	}
 	if len(s) == 1 {
@@ -129,45 +153,46 @@ func couldBecomeMarker(s string) bool {
 	return true
 }
 
-// Stripper removes markers from a text that arrives in chunks. For any split of a text,
-// the concatenation of every Push result and Flush equals Strip(text). It holds back only a tail that
-// could still become a marker (at most MaxDigits+3 bytes). The zero value is ready to use.
+// Stripper removes markers from a text that arrives in chunks. For any split of a text, the
+// concatenation of every Push result and Flush equals Strip(text). It holds back only a tail that could
+// still become a marker: a run of marker beginnings such as "[^1" or "[^1[^" (with ordinary text that is
+// at most MaxDigits+3 bytes). The zero value is ready to use.
 type Stripper struct {
-	pending string
+	r reducer
 }
 
 // Push takes the next chunk and returns the text that can be shown now.
 func (s *Stripper) Push(chunk string) string {
-	buf := chunk
-	if s.pending != "" {
-		buf = s.pending + chunk
-		s.pending = ""
-	}
-	// A marker holds exactly one '[' (its first byte), so a held-back tail can only start at one of
-	// the last few '[' of the buffer; everything before it strips independently of what follows.
-	cut := len(buf)
-	lo := max(len(buf)-maxMarkerLen+1, 0)
-	for i := len(buf) - 1; i >= lo; i-- {
-		if buf[i] == '[' {
-			if couldBecomeMarker(buf[i:]) {
-				cut = i
-			}
+	s.r.write(chunk)
+	out := s.r.out
+	// Walk back over the trailing segments that each begin with '[' and could still become a marker;
+	// a removal further on can join such segments, but nothing before them.
+	hold := len(out)
+	for hold > 0 {
+		i := bytes.LastIndexByte(out[:hold], '[')
+		if i < 0 || !couldBecomeMarker(out[i:hold]) {
 			break
 		}
+		hold = i
 	}
-	s.pending = buf[cut:]
-	return Strip(buf[:cut])
+	if hold == 0 {
+		return ""
+	}
+	emit := string(out[:hold])
+	n := copy(out, out[hold:])
+	s.r.out = out[:n]
+	return emit
 }
 
 // Flush returns the held-back tail; it cannot become a marker any more because the text has ended.
 func (s *Stripper) Flush() string {
-	p := s.pending
-	s.pending = ""
+	p := string(s.r.out)
+	s.r.out = s.r.out[:0]
 	return p
 }
 
 // Pending reports how many bytes are held back.
-func (s *Stripper) Pending() int { return len(s.pending) }
+func (s *Stripper) Pending() int { return len(s.r.out) }
 
 // Replace returns text with every marker replaced by fn(marker). Returning "" removes the marker.
 func Replace(text string, fn func(Marker) string) string {

@@ -1,0 +1,192 @@
+package markdown
+
+import (
+	"html"
+	"strconv"
+	"strings"
+
+	"github.com/citegate/citegate/citations"
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/ast"
+	"github.com/yuin/goldmark/parser"
+	"github.com/yuin/goldmark/renderer"
+	"github.com/yuin/goldmark/text"
+	"github.com/yuin/goldmark/util"
+)
+
+// KindCitation is the goldmark node kind of a citation marker.
+var KindCitation = ast.NewNodeKind("Citation")
+
+// CitationNode is one [^n^] marker found in ordinary inline text (never in code: goldmark hands code
+// spans and code blocks to their own parsers, so this node cannot appear there).
+type CitationNode struct {
+	ast.BaseInline
+	// N is the registry number written by the model.
+	N int
+	// K is the display number (1..k); 0 until the transformer resolved it.
+	K int
+	// Anchor and Occurrence make the superscript's id unique within the page.
+	Anchor     string
+	Occurrence int
+}
+
+// Kind implements ast.Node.
+func (n *CitationNode) Kind() ast.NodeKind { return KindCitation }
+
+// Dump implements ast.Node.
+func (n *CitationNode) Dump(source []byte, level int) {
+	ast.DumpHelper(n, source, level, map[string]string{"N": strconv.Itoa(n.N), "K": strconv.Itoa(n.K)}, nil)
+}
+
+// citationParser recognises a complete marker at a '['. It uses citations.Markers so the grammar
+// (including the digit bound) is exactly the one Extract, Strip and the Stripper use.
+type citationParser struct{}
+
+func (citationParser) Trigger() []byte { return []byte{'['} }
+
+func (citationParser) Parse(_ ast.Node, block text.Reader, _ parser.Context) ast.Node {
+	line, _ := block.PeekLine()
+	// The longest marker is "[^" + MaxDigits digits + "^]"; looking further is pointless.
+	limit := min(len(line), citations.MaxDigits+4)
+	ms := citations.Markers(string(line[:limit]))
+	if len(ms) == 0 || ms[0].Start != 0 {
+		return nil
+	}
+	block.Advance(ms[0].End)
+	return &CitationNode{N: ms[0].N}
+}
+
+// renderState is the per-document data the transformer needs; it travels in the parser.Context
+// so one goldmark instance can serve concurrent renders.
+type renderState struct {
+	display map[int]int
+	anchor  string
+}
+
+var stateKey = parser.NewContextKey()
+
+// citationTransformer resolves display numbers, removes markers that point at no citation and moves
+// markers out of link text (a superscript is itself a link and links must not nest).
+type citationTransformer struct{}
+
+func (citationTransformer) Transform(doc *ast.Document, _ text.Reader, pc parser.Context) {
+	st, _ := pc.Get(stateKey).(*renderState)
+	var nodes []*CitationNode
+	_ = ast.Walk(doc, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if c, ok := n.(*CitationNode); ok && entering {
+			nodes = append(nodes, c)
+		}
+		return ast.WalkContinue, nil
+	})
+	occurrences := map[int]int{}
+	// lastMoved remembers, per link, the node after which the next moved marker goes, so several
+	// markers in one link keep their order.
+	lastMoved := map[ast.Node]ast.Node{}
+	for _, c := range nodes {
+		k := 0
+		if st != nil {
+			k = st.display[c.N]
+		}
+		if k == 0 {
+			c.Parent().RemoveChild(c.Parent(), c)
+			continue
+		}
+		c.K = k
+		c.Anchor = st.anchor
+		occurrences[k]++
+		c.Occurrence = occurrences[k]
+		if link := outermostLink(c); link != nil {
+			after, ok := lastMoved[link]
+			if !ok {
+				after = link
+			}
+			c.Parent().RemoveChild(c.Parent(), c)
+			link.Parent().InsertAfter(link.Parent(), after, c)
+			lastMoved[link] = c
+		}
+	}
+}
+
+func outermostLink(n ast.Node) ast.Node {
+	var found ast.Node
+	for p := n.Parent(); p != nil; p = p.Parent() {
+		switch p.Kind() {
+		case ast.KindLink, ast.KindImage, ast.KindAutoLink:
+			found = p
+		}
+	}
+	return found
+}
+
+// citationRenderer writes the superscript of DESIGN §4 / the gateway contract.
+type citationRenderer struct{}
+
+func (citationRenderer) RegisterFuncs(reg renderer.NodeRendererFuncRegisterer) {
+	reg.Register(KindCitation, renderCitation)
+	reg.Register(ast.KindHTMLBlock, renderHTMLBlockAsText)
+	reg.Register(ast.KindRawHTML, renderRawHTMLAsText)
+}
+
+// renderHTMLBlockAsText shows HTML the model wrote as text instead of dropping it: a reader loses
+// nothing (an answer explaining HTML stays readable) and no markup of the model reaches the page.
+// Markers inside it were never parsed, so they are stripped like everywhere text is shown plainly.
+func renderHTMLBlockAsText(w util.BufWriter, source []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	n := node.(*ast.HTMLBlock)
+	if !entering {
+		return ast.WalkContinue, nil
+	}
+	var raw []byte
+	for i := range n.Lines().Len() {
+		line := n.Lines().At(i)
+		raw = append(raw, line.Value(source)...)
+	}
+	if n.HasClosure() {
+		raw = append(raw, n.ClosureLine.Value(source)...)
+	}
+	body := strings.TrimRight(citations.Strip(string(raw)), "\n")
+	_, _ = w.WriteString("<p>" + strings.ReplaceAll(html.EscapeString(body), "\n", "<br>\n") + "</p>\n")
+	return ast.WalkContinue, nil
+}
+
+func renderRawHTMLAsText(w util.BufWriter, source []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	if !entering {
+		return ast.WalkSkipChildren, nil
+	}
+	n := node.(*ast.RawHTML)
+	var raw []byte
+	for i := range n.Segments.Len() {
+		seg := n.Segments.At(i)
+		raw = append(raw, seg.Value(source)...)
+	}
+	_, _ = w.WriteString(html.EscapeString(citations.Strip(string(raw))))
+	return ast.WalkSkipChildren, nil
+}
+
+func renderCitation(w util.BufWriter, _ []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	if !entering {
+		return ast.WalkSkipChildren, nil
+	}
+	c := node.(*CitationNode)
+	if c.K == 0 {
+		return ast.WalkSkipChildren, nil
+	}
+	k := strconv.Itoa(c.K)
+	_, _ = w.WriteString(`<sup class="cite-ref"><a`)
+	if c.Anchor != "" {
+		_, _ = w.WriteString(` id="` + c.Anchor + `-ref-` + k + `-` + strconv.Itoa(c.Occurrence) + `"`)
+	}
+	_, _ = w.WriteString(` href="#` + c.Anchor + `-src-` + k + `" data-n="` + strconv.Itoa(c.N) + `" data-k="` + k + `">` + k + `</a></sup>`)
+	return ast.WalkSkipChildren, nil
+}
+
+// citationExtension plugs the parser, transformer and renderer into goldmark.
+type citationExtension struct{}
+
+func (citationExtension) Extend(m goldmark.Markdown) {
+	m.Parser().AddOptions(
+		// Before the link parser (200), so "[^1^]" never starts a link label.
+		parser.WithInlineParsers(util.Prioritized(citationParser{}, 150)),
+		parser.WithASTTransformers(util.Prioritized(citationTransformer{}, 100)),
+	)
+	m.Renderer().AddOptions(renderer.WithNodeRenderers(util.Prioritized(citationRenderer{}, 100)))
+}

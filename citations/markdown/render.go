@@ -1,0 +1,198 @@
+// Package markdown renders stored answers to HTML on the server: goldmark with an extension that
+// turns [^n^] markers into superscripts numbered by display number (citations.DisplayNumbers), and
+// the "来源"/"Sources" section listing the verified citations. Code spans and code blocks are never
+// parsed for markers, so markers there stay literal. Output is sanitised twice: goldmark never
+// passes raw HTML through (no WithUnsafe), and a bluemonday policy filters the result.
+package markdown
+
+import (
+	"bytes"
+	"html"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/citegate/citegate/citations"
+	"github.com/microcosm-cc/bluemonday"
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/extension"
+	"github.com/yuin/goldmark/parser"
+)
+
+// Options tune one rendering.
+type Options struct {
+	// Lang selects the labels: "en…" gives "Sources N"/"Excerpt", anything else "来源 N"/"摘录".
+	Lang string
+	// Anchor is unique per message on a page (e.g. "m42"); ids are "{Anchor}-src-{k}" for source
+	// entries and "{Anchor}-ref-{k}-{i}" for superscripts. Empty or unsafe values become "cite".
+	Anchor string
+	// MessageID is put on the excerpt buttons (data-message); 0 omits the buttons, e.g. on share
+	// pages, where the preview API is not available.
+	MessageID uint64
+}
+
+// MaxTitleRunes bounds a source title as displayed, "…" included.
+const MaxTitleRunes = 60
+
+// collapseAt is the number of sources from which the section starts collapsed.
+const collapseAt = 4
+
+var md = goldmark.New(
+	goldmark.WithExtensions(extension.GFM, extension.CJK, citationExtension{}),
+)
+
+var anchorRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+
+func (o Options) anchor() string {
+	if anchorRE.MatchString(o.Anchor) {
+		return o.Anchor
+	}
+	return "cite"
+}
+
+func (o Options) english() bool { return strings.HasPrefix(strings.ToLower(o.Lang), "en") }
+
+// Render returns the answer body as HTML followed by the sources section (none when no citation
+// survives). Markers whose number is not among cits vanish.
+func Render(content string, cits []citations.Citation, opt Options) string {
+	return RenderBody(content, cits, opt) + RenderSources(cits, opt)
+}
+
+// RenderBody renders content as markdown with superscripts for the markers that point at cits.
+func RenderBody(content string, cits []citations.Citation, opt Options) string {
+	valid := usable(cits)
+	pc := parser.NewContext()
+	pc.Set(stateKey, &renderState{display: citations.DisplayNumbers(valid), anchor: opt.anchor()})
+	var buf bytes.Buffer
+	if err := md.Convert([]byte(content), &buf, parser.WithContext(pc)); err != nil {
+		// goldmark's HTML renderer only fails when its writer fails; a bytes.Buffer does not. Should
+		// it ever happen, showing the text escaped loses nothing.
+		return RenderPlain(citations.Strip(content))
+	}
+	return policy.Sanitize(buf.String())
+}
+
+// RenderSources renders the "来源 N" section; "" when no citation is usable.
+func RenderSources(cits []citations.Citation, opt Options) string {
+	valid := usable(cits)
+	if len(valid) == 0 {
+		return ""
+	}
+	display := citations.DisplayNumbers(valid)
+	anchor := opt.anchor()
+	label, excerpt := "来源", "摘录"
+	if opt.english() {
+		label, excerpt = "Sources", "Excerpt"
+	}
+	var b strings.Builder
+	b.WriteString(`<details class="sources"`)
+	if len(valid) < collapseAt {
+		b.WriteString(` open=""`)
+	}
+	b.WriteString(`><summary>` + label + ` ` + strconv.Itoa(len(valid)) + `</summary><ol>`)
+	for _, c := range valid {
+		k := strconv.Itoa(display[c.N])
+		n := strconv.Itoa(c.N)
+		domain, fallback := describeURL(c.URL)
+		b.WriteString(`<li id="` + anchor + `-src-` + k + `" class="source" data-n="` + n + `">`)
+		b.WriteString(`<span class="src-num">` + k + `</span> `)
+		b.WriteString(`<a href="` + html.EscapeString(c.URL) + `" target="_blank" rel="noopener noreferrer">`)
+		b.WriteString(html.EscapeString(displayTitle(c.Title, fallback)) + `</a>`)
+		if domain != "" {
+			b.WriteString(` <span class="src-domain">` + html.EscapeString(domain) + `</span>`)
+		}
+		if opt.MessageID != 0 {
+			b.WriteString(` <button type="button" class="src-preview" data-message="` +
+				strconv.FormatUint(opt.MessageID, 10) + `" data-n="` + n + `">` + excerpt + `</button>`)
+		}
+		b.WriteString(`</li>`)
+	}
+	b.WriteString(`</ol></details>`)
+	return policy.Sanitize(b.String())
+}
+
+// RenderPlain renders a user message: escaped text in one paragraph, line breaks kept.
+func RenderPlain(text string) string {
+	text = strings.TrimRight(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
+	if strings.TrimSpace(text) == "" {
+		return ""
+	}
+	return `<p class="plain">` + strings.ReplaceAll(html.EscapeString(text), "\n", "<br>\n") + `</p>`
+}
+
+// usable keeps the citations a page may show: positive numbers, http(s) URLs, each number once,
+// ordered by number. citations.FromMetadata already guarantees this for stored records; Render
+// enforces it again because it cannot know where its input came from.
+func usable(cits []citations.Citation) []citations.Citation {
+	out := make([]citations.Citation, 0, len(cits))
+	seen := map[int]bool{}
+	for _, c := range cits {
+		u, ok := citations.NormalizeURL(c.URL)
+		if !ok || c.N < 1 || seen[c.N] {
+			continue
+		}
+		seen[c.N] = true
+		c.URL = u
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b citations.Citation) int { return a.N - b.N })
+	return out
+}
+
+// describeURL returns the domain badge ("example.com", without "www.") and the fallback title
+// (domain + path) of an http(s) URL.
+func describeURL(raw string) (domain, fallback string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", raw
+	}
+	domain = strings.TrimPrefix(strings.ToLower(u.Hostname()), "www.")
+	path := strings.TrimSuffix(u.EscapedPath(), "/")
+	if p, err := url.PathUnescape(path); err == nil && utf8.ValidString(p) {
+		path = p
+	}
+	return domain, domain + path
+}
+
+// displayTitle trims a title to MaxTitleRunes runes ("…" included), falling back when it is blank.
+func displayTitle(title, fallback string) string {
+	t := strings.Join(strings.Fields(title), " ")
+	if t == "" {
+		t = fallback
+	}
+	if utf8.RuneCountInString(t) <= MaxTitleRunes {
+		return t
+	}
+	r := []rune(t)
+	return strings.TrimRight(string(r[:MaxTitleRunes-1]), " ") + "…"
+}
+
+// policy is the second line of defence: UGC rules plus exactly the classes, ids and data
+// attributes this package emits; only http, https, mailto and relative URLs; external links get
+// target="_blank" and rel="noopener noreferrer".
+var policy = newPolicy()
+
+func newPolicy() *bluemonday.Policy {
+	p := bluemonday.UGCPolicy()
+	p.RequireNoFollowOnLinks(false)
+	p.RequireNoReferrerOnFullyQualifiedLinks(true)
+	p.AddTargetBlankToFullyQualifiedLinks(true)
+	p.AllowURLSchemes("http", "https", "mailto")
+	p.AllowElements("details", "summary", "sup")
+	p.AllowAttrs("open").Matching(regexp.MustCompile(`^(|open)$`)).OnElements("details")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^sources$`)).OnElements("details")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^cite-ref$`)).OnElements("sup")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^source$`)).OnElements("li")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^(src-num|src-domain)$`)).OnElements("span")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^src-preview$`)).OnElements("button")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^plain$`)).OnElements("p")
+	p.AllowAttrs("type").Matching(regexp.MustCompile(`^button$`)).OnElements("button")
+	p.AllowAttrs("data-n", "data-k").Matching(regexp.MustCompile(`^[0-9]{1,10}$`)).OnElements("a", "li", "button")
+	p.AllowAttrs("data-message").Matching(regexp.MustCompile(`^[0-9]{1,20}$`)).OnElements("button")
+	p.AllowAttrs("target").Matching(regexp.MustCompile(`^_blank$`)).OnElements("a")
+	p.AllowAttrs("rel").Matching(regexp.MustCompile(`^(noopener|noreferrer)( (noopener|noreferrer))*$`)).OnElements("a")
+	return p
+}

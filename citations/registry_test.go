@@ -1,0 +1,242 @@
+package citations
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func ws(results ...string) string {
+	return `{"query":"q","results":[` + strings.Join(results, ",") + `],"total_results":` + fmt.Sprint(len(results)) + `}`
+}
+
+func item(title, url string) string {
+	b, _ := json.Marshal(map[string]string{"title": title, "url": url, "content": "excerpt of " + title})
+	return string(b)
+}
+
+func page(title, url string) string {
+	b, _ := json.Marshal(map[string]any{"url": url, "title": title, "content": "body of " + title, "content_length": 10, "truncated": false})
+	return string(b)
+}
+
+func urls(r *Registry) []string {
+	var out []string
+	for _, s := range r.Sources() {
+		out = append(out, s.URL)
+	}
+	return out
+}
+
+func TestBuildRegistry(t *testing.T) {
+	tests := []struct {
+		name    string
+		results []ToolResult
+		want    []string
+	}{
+		{"no tool results", nil, nil},
+		{"web_search results in order", []ToolResult{
+			{Tool: ToolWebSearch, Content: ws(item("A", "https://a.example/1"), item("B", "http://b.example/2"))},
+		}, []string{"https://a.example/1", "http://b.example/2"}},
+		{"empty url skipped", []ToolResult{
+			{Tool: ToolWebSearch, Content: ws(item("A", ""), item("B", "https://b.example/"))},
+		}, []string{"https://b.example/"}},
+		{"web_search failure shape skipped", []ToolResult{
+			{Tool: ToolWebSearch, Content: `{"error":"timeout","results":[{"url":"https://x.example/"}]}`},
+		}, nil},
+		{"open_web_page success", []ToolResult{
+			{Tool: ToolOpenWebPage, Content: page("P", "https://p.example/a")},
+		}, []string{"https://p.example/a"}},
+		{"open_web_page truncated still counts", []ToolResult{
+			{Tool: ToolOpenWebPage, Content: `{"url":"https://p.example/t","title":"T","content":"x","content_length":99999,"truncated":true}`},
+		}, []string{"https://p.example/t"}},
+		{"open_web_page failure shape skipped", []ToolResult{
+			{Tool: ToolOpenWebPage, Content: `{"error":"403","url":"https://p.example/denied"}`},
+		}, nil},
+		{"open_web_page content not a string", []ToolResult{
+			{Tool: ToolOpenWebPage, Content: `{"url":"https://p.example/n","title":"N","content":42}`},
+		}, nil},
+		{"mixed tools interleaved keep message order", []ToolResult{
+			{Tool: ToolWebSearch, Content: ws(item("A", "https://a.example/"))},
+			{Tool: ToolOpenWebPage, Content: page("P", "https://p.example/")},
+			{Tool: ToolWebSearch, Content: ws(item("B", "https://b.example/"))},
+		}, []string{"https://a.example/", "https://p.example/", "https://b.example/"}},
+		{"dedup by url keeps first", []ToolResult{
+			{Tool: ToolWebSearch, Content: ws(item("A", "https://a.example/"), item("A again", "https://a.example/"))},
+			{Tool: ToolOpenWebPage, Content: page("A page", "https://a.example/")},
+		}, []string{"https://a.example/"}},
+		{"other tools never count", []ToolResult{
+			{Tool: "generate_image", Content: ws(item("I", "https://img.example/"))},
+			{Tool: "mcp_fetch", Content: page("M", "https://m.example/")},
+		}, nil},
+		{"non JSON skipped", []ToolResult{
+			{Tool: ToolWebSearch, Content: "not json at all"},
+			{Tool: ToolOpenWebPage, Content: "<html>"},
+			{Tool: ToolWebSearch, Content: string([]byte{0xff, 0xfe, '{'})},
+		}, nil},
+		{"JSON of another shape skipped", []ToolResult{
+			{Tool: ToolWebSearch, Content: `{"results":"nope"}`},
+			{Tool: ToolWebSearch, Content: `[1,2,3]`},
+			{Tool: ToolWebSearch, Content: `{"results":[1,"x",null,{"url":7}]}`},
+			{Tool: ToolOpenWebPage, Content: `null`},
+		}, nil},
+		{"only http(s)", []ToolResult{
+			{Tool: ToolWebSearch, Content: ws(item("js", "javascript:alert(1)"), item("data", "data:text/html,<b>x</b>"),
+				item("ftp", "ftp://f.example/"), item("rel", "/kb/x"), item("ok", "HTTPS://ok.example/"))},
+		}, []string{"HTTPS://ok.example/"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := BuildRegistry(tt.results)
+			assert.Equal(t, tt.want, urls(r))
+			for i, s := range r.Sources() {
+				assert.Equal(t, i+1, s.N)
+			}
+		})
+	}
+}
+
+func TestRegistryCap(t *testing.T) {
+	var items []string
+	for i := range 25 {
+		items = append(items, item(fmt.Sprint("T", i), fmt.Sprintf("https://s.example/%d", i)))
+	}
+	r := BuildRegistry([]ToolResult{{Tool: ToolWebSearch, Content: ws(items...)}})
+	require.Equal(t, MaxSources, r.Len())
+	assert.Equal(t, 5, r.Overflow)
+	assert.Equal(t, "https://s.example/19", r.Sources()[19].URL)
+}
+
+func TestAddAnnotatesRefsAndIsIdempotent(t *testing.T) {
+	var items []string
+	for i := range 22 {
+		items = append(items, item(fmt.Sprint("T", i), fmt.Sprintf("https://s.example/%d", i%21)))
+	}
+	var r Registry
+	annotated := r.Add(ToolResult{Tool: ToolWebSearch, Content: ws(items...)})
+	var got struct {
+		Results []struct {
+			URL string `json:"url"`
+			Ref *int   `json:"ref"`
+		} `json:"results"`
+		TotalResults int `json:"total_results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(annotated), &got))
+	require.Len(t, got.Results, 22)
+	assert.Equal(t, 22, got.TotalResults, "other fields survive annotation")
+	for i, res := range got.Results[:20] {
+		require.NotNil(t, res.Ref)
+		assert.Equal(t, i+1, *res.Ref)
+	}
+	assert.Nil(t, got.Results[20].Ref, "past the cap: no number")
+	require.NotNil(t, got.Results[21].Ref, "a duplicate URL shows the first number")
+	assert.Equal(t, 1, *got.Results[21].Ref)
+
+	// The hook rebuilds from the stored (annotated) content: same registry.
+	again := BuildRegistry([]ToolResult{{Tool: ToolWebSearch, Content: annotated}})
+	assert.Equal(t, urls(&r), urls(again))
+	var r2 Registry
+	assert.JSONEq(t, annotated, r2.Add(ToolResult{Tool: ToolWebSearch, Content: annotated}))
+
+	// A page result gets its number too; failure shapes come back unchanged.
+	p := r.Add(ToolResult{Tool: ToolOpenWebPage, Content: page("S3", "https://s.example/3")})
+	assert.Contains(t, p, `"ref":4`)
+	failure := `{"error":"boom","url":"https://x.example/"}`
+	assert.Equal(t, failure, r.Add(ToolResult{Tool: ToolOpenWebPage, Content: failure}))
+}
+
+func TestVerify(t *testing.T) {
+	at := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	reg := BuildRegistry([]ToolResult{
+		{Tool: ToolWebSearch, At: at, Content: ws(item("One", "https://1.example/"), item("Two", "https://2.example/"), item("Three", "https://3.example/"))},
+		{Tool: ToolOpenWebPage, At: at, Content: page("Four", "https://4.example/")},
+		{Tool: ToolOpenWebPage, At: at, Content: page("Five", "https://5.example/")},
+	})
+	require.Equal(t, 5, reg.Len())
+	tests := []struct {
+		name    string
+		content string
+		want    []int
+		seen    int
+		kept    int
+	}{
+		{"none", "没有引用。", nil, 0, 0},
+		{"all out of range", "X[^6^][^0^][^99^]", nil, 3, 0},
+		{"some out of range", "A[^2^]B[^9^]", []int{2}, 2, 1},
+		{"duplicates once", "A[^3^]B[^3^]C[^3^]", []int{3}, 3, 3},
+		{"ordered by n", "A[^5^]B[^1^]C[^2^]", []int{1, 2, 5}, 3, 3},
+		{"forged number beyond registry", "伪造[^21^]", nil, 1, 0},
+		{"marker in code still counts for the record", "`[^4^]`", []int{4}, 1, 1},
+		{"digits beyond bound are text", "X[^" + strings.Repeat("1", 30) + "^]", nil, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Verify(tt.content, reg)
+			var ns []int
+			for _, c := range v.Citations {
+				ns = append(ns, c.N)
+				src, _ := reg.Lookup(c.N)
+				assert.Equal(t, src.URL, c.URL)
+				assert.Equal(t, src.Title, c.Title)
+				assert.Equal(t, Digest(src.Excerpt), c.Digest)
+				require.NotNil(t, c.RetrievedAt)
+				assert.True(t, c.RetrievedAt.Equal(at))
+			}
+			assert.Equal(t, tt.want, ns)
+			assert.Equal(t, tt.seen, v.Seen)
+			assert.Equal(t, tt.kept, v.Kept)
+			assert.Equal(t, tt.seen-tt.kept, v.Dropped)
+		})
+	}
+	// An empty registry (no tool results, or a session without USER message) verifies nothing.
+	assert.Empty(t, Verify("A[^1^]", &Registry{}).Citations)
+}
+
+func TestCitationJSONShape(t *testing.T) {
+	at := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	b, err := json.Marshal(Citation{N: 3, URL: "https://gov.example.cn/policy", Title: "2026 年度申报指南", Tool: ToolWebSearch, RetrievedAt: &at, Digest: "sha256:ab"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"n":3,"url":"https://gov.example.cn/policy","title":"2026 年度申报指南","tool":"web_search","retrievedAt":"2026-11-30T08:00:00Z","digest":"sha256:ab"}`, string(b))
+}
+
+func TestDisplayNumbers(t *testing.T) {
+	m := DisplayNumbers([]Citation{{N: 5}, {N: 2}})
+	assert.Equal(t, map[int]int{2: 1, 5: 2}, m)
+	assert.Empty(t, DisplayNumbers(nil))
+}
+
+func TestFromMetadata(t *testing.T) {
+	tests := []struct {
+		name string
+		meta string
+		want []int
+	}{
+		{"empty", ``, nil},
+		{"null", `null`, nil},
+		{"not JSON", `{citations`, nil},
+		{"no key", `{"other":1}`, nil},
+		{"citations not array", `{"citations":"x"}`, nil},
+		{"valid", `{"citations":[{"n":5,"url":"https://e.example/5","title":"T5"},{"n":2,"url":"https://e.example/2","title":"T2"}]}`, []int{2, 5}},
+		{"bad entries skipped", `{"citations":[{"n":0,"url":"https://e.example/"},{"n":-1,"url":"https://e.example/"},{"n":"1","url":"https://e.example/"},{"n":3,"url":"javascript:alert(1)"},{"n":4,"url":"data:text/html,x"},{"n":6,"url":"https://ok.example/"},{"n":6,"url":"https://dup.example/"},7]}`, []int{6}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ns []int
+			for _, c := range FromMetadata([]byte(tt.meta)) {
+				ns = append(ns, c.N)
+			}
+			assert.Equal(t, tt.want, ns)
+		})
+	}
+}
+
+func TestTitleCleanup(t *testing.T) {
+	reg := BuildRegistry([]ToolResult{{Tool: ToolWebSearch, Content: ws(item("  <b>Bold</b>\n title  ", "https://t.example/"))}})
+	// HTML stays text (renderers escape it); whitespace is collapsed.
+	assert.Equal(t, "<b>Bold</b> title", reg.Sources()[0].Title)
+}
