@@ -1,0 +1,361 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/store"
+)
+
+// Store is the narrow persistence the loop needs; *store.Store satisfies it. It is defined here so
+// that another store (e.g. PostgreSQL) can serve the agent without touching it.
+type Store interface {
+	AppendMessage(ctx context.Context, m store.Message) (store.Message, error)
+	ListMessages(ctx context.Context, sessionID string) ([]store.Message, error)
+	MergeMetadata(ctx context.Context, id uint64, patch map[string]json.RawMessage) error
+	CreateRun(ctx context.Context, r store.Run) (store.Run, error)
+	FinishRun(ctx context.Context, id string, phase store.Phase, errMsg string, finalMessageID uint64) (store.Run, error)
+	SetRunMarkers(ctx context.Context, id string, seen, kept, dropped int) error
+}
+
+// Limits of a Turn.
+const (
+	// MaxTurnBytes bounds the text of one user message.
+	MaxTurnBytes = 32 << 10
+	// MaxQueuedPerSession bounds how many turns may wait behind a session's running run, so one
+	// chatty conversation cannot pile up unbounded work.
+	MaxQueuedPerSession = 32
+	// maxSessionIDLen bounds session ids; real ones are short random strings or channel keys.
+	maxSessionIDLen = 256
+	// maxHistoryMessages bounds how many earlier USER/ASSISTANT messages are resent to the model.
+	maxHistoryMessages = 40
+)
+
+// Errors returned by Submit, matched with errors.Is.
+var (
+	ErrClosed     = errors.New("agent is closed")
+	ErrBadTurn    = errors.New("invalid turn")
+	ErrQueueFull  = errors.New("too many messages waiting in this session")
+	errToolRounds = errors.New("tool rounds exceeded")
+)
+
+// Config configures an Agent.
+type Config struct {
+	Store       Store
+	Model       Model
+	Tools       []Tool
+	Hooks       []Hook        // extra hooks; the citation hook is always installed and runs first
+	MaxRounds   int           // model rounds per run, default 8
+	ToolTimeout time.Duration // per tool call, default 30s
+	HookTimeout time.Duration // per hook, default 10s
+	Logger      *slog.Logger
+	Now         func() time.Time
+	Lang        string // "zh" (default) or "en": language of the system prompt and of run errors
+}
+
+// Agent runs turns: one run at a time per session, in submission order, many sessions at once.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	citeHook *citationHook
+	hooks    []Hook // citeHook first
+	tools    map[string]Tool
+	specs    []ToolSpec
+
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+	wg         sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[string]*sessionQueue
+	// subs is replaced, never mutated, so emit can use a snapshot without copying.
+	subs    []subscriber
+	nextSub int
+}
+
+type subscriber struct {
+	id int
+	fn Sink
+}
+
+// sessionQueue is the FIFO of one session; a worker goroutine exists while it is non-empty.
+type sessionQueue struct {
+	running *RunHandle
+	pending []*RunHandle
+}
+
+// RunHandle follows one submitted turn.
+type RunHandle struct {
+	ID        string
+	SessionID string
+
+	turn    Turn
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	outcome Outcome
+}
+
+// Done is closed when the run has finished (run.finished has been emitted).
+func (h *RunHandle) Done() <-chan struct{} { return h.done }
+
+// Outcome is the result of the run; valid after Done is closed.
+func (h *RunHandle) Outcome() Outcome {
+	select {
+	case <-h.done:
+		return h.outcome
+	default:
+		return Outcome{Phase: store.PhaseRunning}
+	}
+}
+
+// Outcome is the result of one run.
+type Outcome struct {
+	Phase          store.Phase
+	Error          string
+	UserMessageID  uint64
+	FinalMessageID uint64
+	Content        string               // final raw content (markers kept)
+	Citations      []citations.Citation // verified, n order; empty unless COMPLETED with valid markers
+}
+
+// New checks cfg, fills defaults and returns an Agent ready to take turns.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("agent: config needs a Store")
+	}
+	if cfg.Model == nil {
+		return nil, errors.New("agent: config needs a Model")
+	}
+	switch cfg.Lang {
+	case "":
+		cfg.Lang = "zh"
+	case "zh", "en":
+	default:
+		return nil, fmt.Errorf("agent: unknown language %q (want zh or en)", cfg.Lang)
+	}
+	if cfg.MaxRounds <= 0 {
+		cfg.MaxRounds = 8
+	}
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = 30 * time.Second
+	}
+	if cfg.HookTimeout <= 0 {
+		cfg.HookTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &Agent{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "agent"),
+		tools:    make(map[string]Tool, len(cfg.Tools)),
+		sessions: make(map[string]*sessionQueue),
+	}
+	for i, t := range cfg.Tools {
+		if t == nil {
+			return nil, fmt.Errorf("agent: tool %d is nil", i)
+		}
+		spec := t.Spec()
+		if spec.Name == "" {
+			return nil, fmt.Errorf("agent: tool %d has no name", i)
+		}
+		if _, dup := a.tools[spec.Name]; dup {
+			return nil, fmt.Errorf("agent: duplicate tool %q", spec.Name)
+		}
+		if len(spec.Parameters) > 0 && !json.Valid(spec.Parameters) {
+			return nil, fmt.Errorf("agent: tool %q: parameters are not valid JSON", spec.Name)
+		}
+		a.tools[spec.Name] = t
+		a.specs = append(a.specs, spec)
+	}
+	for i, h := range cfg.Hooks {
+		if h == nil {
+			return nil, fmt.Errorf("agent: hook %d is nil", i)
+		}
+	}
+	a.citeHook = newCitationHook(cfg.Store, cfg.Logger)
+	a.hooks = append([]Hook{a.citeHook}, cfg.Hooks...)
+	a.baseCtx, a.cancelBase = context.WithCancel(context.Background())
+	return a, nil
+}
+
+// ModelName is the name of the model shown to users.
+func (a *Agent) ModelName() string { return a.cfg.Model.Name() }
+
+// Submit validates t, assigns the run id and enqueues the run behind the session's earlier turns.
+// ctx bounds only the enqueue; the run itself lives until it ends, Cancel or Close.
+func (a *Agent) Submit(ctx context.Context, t Turn) (*RunHandle, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("agent: submit: %w", err)
+	}
+	if err := validateTurn(t); err != nil {
+		return nil, err
+	}
+	id, err := newRunID()
+	if err != nil {
+		return nil, fmt.Errorf("agent: submit: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, fmt.Errorf("agent: submit: %w", ErrClosed)
+	}
+	q := a.sessions[t.SessionID]
+	if q != nil && len(q.pending) >= MaxQueuedPerSession {
+		return nil, fmt.Errorf("agent: submit: %w (limit %d)", ErrQueueFull, MaxQueuedPerSession)
+	}
+	h := &RunHandle{ID: id, SessionID: t.SessionID, turn: t, done: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancel(a.baseCtx)
+	if q == nil {
+		q = &sessionQueue{}
+		a.sessions[t.SessionID] = q
+		q.pending = append(q.pending, h)
+		a.wg.Add(1)
+		go a.worker(t.SessionID, q)
+		return h, nil
+	}
+	q.pending = append(q.pending, h)
+	return h, nil
+}
+
+func validateTurn(t Turn) error {
+	switch {
+	case t.SessionID == "":
+		return fmt.Errorf("agent: %w: missing session id", ErrBadTurn)
+	case len(t.SessionID) > maxSessionIDLen:
+		return fmt.Errorf("agent: %w: session id longer than %d bytes", ErrBadTurn, maxSessionIDLen)
+	case strings.TrimSpace(t.Text) == "":
+		return fmt.Errorf("agent: %w: empty message", ErrBadTurn)
+	case len(t.Text) > MaxTurnBytes:
+		return fmt.Errorf("agent: %w: message is %d bytes, the limit is %d", ErrBadTurn, len(t.Text), MaxTurnBytes)
+	case !utf8.ValidString(t.Text):
+		return fmt.Errorf("agent: %w: message is not valid UTF-8", ErrBadTurn)
+	}
+	return nil
+}
+
+func newRunID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("run id: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// worker runs the session's queued turns one after the other and exits when the queue is empty.
+func (a *Agent) worker(sessionID string, q *sessionQueue) {
+	defer a.wg.Done()
+	for {
+		a.mu.Lock()
+		if len(q.pending) == 0 {
+			q.running = nil
+			delete(a.sessions, sessionID)
+			a.mu.Unlock()
+			return
+		}
+		h := q.pending[0]
+		q.pending[0] = nil
+		q.pending = q.pending[1:]
+		q.running = h
+		a.mu.Unlock()
+
+		h.outcome = a.execute(h)
+		h.cancel()
+		close(h.done)
+	}
+}
+
+// Cancel cancels the session's running run. It reports false when the session has none.
+func (a *Agent) Cancel(sessionID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	q := a.sessions[sessionID]
+	if q == nil || q.running == nil {
+		return false
+	}
+	q.running.cancel()
+	return true
+}
+
+// Subscribe registers fn for every event of every run. fn is called synchronously in the run's
+// goroutine and must not block; a panic in fn is recovered and logged.
+func (a *Agent) Subscribe(fn Sink) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
+	a.mu.Lock()
+	id := a.nextSub
+	a.nextSub++
+	a.subs = append(slices.Clip(a.subs), subscriber{id: id, fn: fn})
+	a.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			a.subs = slices.DeleteFunc(slices.Clone(a.subs), func(s subscriber) bool { return s.id == id })
+			a.mu.Unlock()
+		})
+	}
+}
+
+// Close refuses new turns, cancels running and queued ones and waits for them to finish (their
+// phases persisted, run.finished emitted), bounded by ctx.
+func (a *Agent) Close(ctx context.Context) error {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.cancelBase()
+	done := make(chan struct{})
+	go func() {
+		a.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("agent: close: runs still finishing: %w", ctx.Err())
+	}
+}
+
+// emit delivers ev to the turn's sink and to every subscriber, isolating their panics.
+func (a *Agent) emit(h *RunHandle, ev Event) {
+	ev.SessionID = h.SessionID
+	ev.RunID = h.ID
+	ev.Channel = h.turn.Channel
+	ev.At = a.cfg.Now()
+	if h.turn.Sink != nil {
+		a.deliver(h.turn.Sink, ev)
+	}
+	a.mu.Lock()
+	subs := a.subs
+	a.mu.Unlock()
+	for _, s := range subs {
+		a.deliver(s.fn, ev)
+	}
+}
+
+func (a *Agent) deliver(s Sink, ev Event) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("event sink panicked", "event", ev.Type, "run", ev.RunID, "panic", fmt.Sprint(r))
+		}
+	}()
+	s(ev)
+}

@@ -1,0 +1,433 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/store"
+)
+
+// interruptedMetadata marks an ASSISTANT message holding the partial text of a run that did not
+// complete; such messages are never resent to the model.
+var interruptedMetadata = json.RawMessage(`{"interrupted":true}`)
+
+// runState carries one run through the loop.
+type runState struct {
+	a *Agent
+	h *RunHandle
+	// ctx is cancelled by Cancel and Close; pctx is not, so that the outcome of a cancelled run is
+	// still persisted.
+	ctx  context.Context
+	pctx context.Context
+
+	reg   citations.Registry // the run's sources, numbered as the model sees them
+	strip citations.Stripper // per run: answer.delta never carries a marker or part of one
+
+	runCreated bool
+	roundText  strings.Builder // raw text of the current round (markers kept)
+	finalText  string
+
+	out             Outcome
+	finishedEmitted bool
+}
+
+// execute runs one turn to its end. It never panics: a panic anywhere becomes a FAILED run, and
+// run.finished is always emitted.
+func (a *Agent) execute(h *RunHandle) Outcome {
+	rs := &runState{a: a, h: h, ctx: h.ctx, pctx: context.WithoutCancel(h.ctx)}
+	phase, reason := rs.safeLoop()
+	rs.safeConclude(phase, reason)
+	return rs.out
+}
+
+func (rs *runState) safeLoop() (phase store.Phase, reason string) {
+	defer func() {
+		if r := recover(); r != nil {
+			rs.a.log.Error("run panicked", "run", rs.h.ID, "session", rs.h.SessionID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			phase, reason = store.PhaseFailed, rs.a.text().internal
+		}
+	}()
+	return rs.loop()
+}
+
+func (rs *runState) safeConclude(phase store.Phase, reason string) {
+	defer func() {
+		if r := recover(); r != nil {
+			rs.a.log.Error("run conclusion panicked", "run", rs.h.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			rs.out.Phase, rs.out.Error, rs.out.Citations = store.PhaseFailed, rs.a.text().internal, nil
+			if !rs.finishedEmitted {
+				rs.finishedEmitted = true
+				rs.a.emit(rs.h, Event{Type: EventRunFinished, Phase: rs.out.Phase, Error: rs.out.Error})
+			}
+		}
+	}()
+	rs.conclude(phase, reason)
+}
+
+// loop persists the user message and runs model rounds until a final answer, an error or
+// cancellation. It returns the terminal phase and, when not COMPLETED, a reason a user can read.
+func (rs *runState) loop() (store.Phase, string) {
+	a, h, st := rs.a, rs.h, rs.a.cfg.Store
+	txt := a.text()
+
+	history, err := st.ListMessages(rs.pctx, h.SessionID)
+	if err != nil {
+		rs.emitStarted()
+		return store.PhaseFailed, txt.storeFailed(err)
+	}
+	user, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleUser, Content: h.turn.Text})
+	if err != nil {
+		rs.emitStarted()
+		return store.PhaseFailed, txt.storeFailed(err)
+	}
+	rs.out.UserMessageID = user.ID
+	// The user message is written first so that the run record can point at it; a crash in between
+	// leaves a user message without an answer, which is what the user would see anyway.
+	if _, err := st.CreateRun(rs.pctx, store.Run{ID: h.ID, SessionID: h.SessionID, Channel: h.turn.Channel, UserMessageID: user.ID}); err != nil {
+		rs.emitStarted()
+		return store.PhaseFailed, txt.storeFailed(err)
+	}
+	rs.runCreated = true
+	rs.emitStarted()
+
+	msgs := append([]ChatMessage{{Role: "system", Content: SystemPrompt(a.cfg.Lang, a.cfg.Now())}}, historyMessages(history)...)
+	msgs = append(msgs, ChatMessage{Role: "user", Content: h.turn.Text})
+
+	for round := 1; ; round++ {
+		if rs.ctx.Err() != nil {
+			return store.PhaseCancelled, ""
+		}
+		resp, err := rs.generate(msgs)
+		if err != nil {
+			if rs.ctx.Err() != nil {
+				return store.PhaseCancelled, ""
+			}
+			a.log.Warn("model round failed", "run", h.ID, "round", round, "err", err)
+			return store.PhaseFailed, txt.modelFailed(err)
+		}
+		if len(resp.ToolCalls) == 0 {
+			rs.finalText = rs.roundText.String()
+			rs.roundText.Reset()
+			if strings.TrimSpace(rs.finalText) == "" {
+				return store.PhaseFailed, txt.emptyAnswer
+			}
+			return store.PhaseCompleted, ""
+		}
+		if round >= a.cfg.MaxRounds {
+			return store.PhaseFailed, txt.toolRounds(a.cfg.MaxRounds)
+		}
+		calls := make([]store.ToolCall, len(resp.ToolCalls))
+		for i, c := range resp.ToolCalls {
+			if c.ID == "" {
+				c.ID = fmt.Sprintf("call_%d_%d", round, i+1)
+			}
+			calls[i] = c
+		}
+		text := rs.roundText.String()
+		if _, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: text, ToolCalls: calls}); err != nil {
+			return store.PhaseFailed, txt.storeFailed(err)
+		}
+		rs.roundText.Reset()
+		msgs = append(msgs, ChatMessage{Role: "assistant", Content: text, ToolCalls: calls})
+
+		for _, c := range calls {
+			a.emit(h, Event{Type: EventToolStarted, CallID: c.ID, Tool: c.Name, Arguments: c.Arguments})
+		}
+		results := rs.runTools(calls)
+		for i, c := range calls {
+			at := a.cfg.Now()
+			// The same registry function the citation hook uses numbers the sources, so the model's
+			// [^n^] and the verifier's n denote the same source.
+			content := rs.reg.Add(citations.ToolResult{Tool: c.Name, CallID: c.ID, Content: results[i].content, At: at})
+			if _, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleTool, Content: content, ToolCallID: c.ID, ToolName: c.Name, CreatedAt: at}); err != nil {
+				return store.PhaseFailed, txt.storeFailed(err)
+			}
+			a.emit(h, Event{Type: EventToolFinished, CallID: c.ID, Tool: c.Name, OK: results[i].ok})
+			msgs = append(msgs, ChatMessage{Role: "tool", Content: content, ToolCallID: c.ID, Name: c.Name})
+		}
+	}
+}
+
+func (rs *runState) emitStarted() {
+	rs.a.emit(rs.h, Event{Type: EventRunStarted, UserMessageID: rs.out.UserMessageID, Model: rs.a.ModelName()})
+}
+
+// generate runs one model round, streaming its text through the run's Stripper. A panicking model
+// becomes an error.
+func (rs *runState) generate(msgs []ChatMessage) (resp ModelResponse, err error) {
+	onDelta := func(d string) {
+		if d == "" {
+			return
+		}
+		rs.roundText.WriteString(d)
+		if out := rs.strip.Push(d); out != "" {
+			rs.a.emit(rs.h, Event{Type: EventAnswerDelta, Text: out})
+		}
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				rs.a.log.Error("model panicked", "run", rs.h.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = fmt.Errorf("model %s panicked: %v", rs.a.ModelName(), r)
+			}
+		}()
+		resp, err = rs.a.cfg.Model.Generate(rs.ctx, ModelRequest{Messages: msgs, Tools: rs.a.specs}, onDelta)
+	}()
+	// A model that does not stream still shows its text, through the same stripper.
+	if err == nil && rs.roundText.Len() == 0 && resp.Text != "" {
+		onDelta(resp.Text)
+	}
+	// The round's text has ended: a held-back tail can no longer become a marker.
+	if out := rs.strip.Flush(); out != "" {
+		rs.a.emit(rs.h, Event{Type: EventAnswerDelta, Text: out})
+	}
+	return resp, err
+}
+
+type toolOutcome struct {
+	content string
+	ok      bool
+}
+
+// runTools runs the calls concurrently, each bounded by ToolTimeout, and returns their contents in
+// call order. Failures become {"error": …} content for the model; they never end the run.
+func (rs *runState) runTools(calls []store.ToolCall) []toolOutcome {
+	out := make([]toolOutcome, len(calls))
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = rs.callTool(c)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (rs *runState) callTool(c store.ToolCall) toolOutcome {
+	a := rs.a
+	txt := a.text()
+	tool := a.tools[c.Name]
+	if tool == nil {
+		return toolOutcome{content: errorJSON(txt.unknownTool(c.Name))}
+	}
+	args := strings.TrimSpace(c.Arguments)
+	if args == "" {
+		args = "{}"
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(args), &obj); err != nil || obj == nil {
+		return toolOutcome{content: errorJSON(txt.badArguments(c.Name))}
+	}
+
+	ctx, cancel := context.WithTimeout(rs.ctx, a.cfg.ToolTimeout)
+	defer cancel()
+	type result struct {
+		content string
+		err     error
+	}
+	// The tool runs in its own goroutine so a tool that ignores its context cannot hold the run
+	// past the timeout; its late result is dropped.
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				a.log.Error("tool panicked", "tool", c.Name, "run", rs.h.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				done <- result{err: errors.New(txt.toolPanicked(c.Name))}
+			}
+		}()
+		content, err := tool.Call(ctx, args)
+		done <- result{content, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		if rs.ctx.Err() != nil {
+			res.err = errors.New(txt.cancelled)
+		} else {
+			res.err = errors.New(txt.toolTimeout(c.Name, a.cfg.ToolTimeout))
+		}
+	}
+	if res.err != nil {
+		a.log.Info("tool call failed", "tool", c.Name, "run", rs.h.ID, "err", res.err)
+		return toolOutcome{content: errorJSON(res.err.Error())}
+	}
+	return toolOutcome{content: res.content, ok: !hasErrorKey(res.content)}
+}
+
+// conclude persists the final (or partial) answer and the phase, runs the hooks and emits the
+// closing events.
+func (rs *runState) conclude(phase store.Phase, reason string) {
+	a, h, st := rs.a, rs.h, rs.a.cfg.Store
+	var final *store.Message
+	switch {
+	case phase == store.PhaseCompleted:
+		m, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: rs.finalText})
+		if err != nil {
+			a.log.Error("persist final answer", "run", h.ID, "err", err)
+			phase, reason = store.PhaseFailed, a.text().storeFailed(err)
+			break
+		}
+		final = &m
+	case rs.roundText.Len() > 0 && rs.runCreated:
+		// Partial text of a cancelled or failed run is kept, marked so it is never resent to the
+		// model and never gets citations.
+		m, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: rs.roundText.String(), Metadata: interruptedMetadata})
+		if err != nil {
+			a.log.Error("persist partial answer", "run", h.ID, "err", err)
+			break
+		}
+		final = &m
+	}
+	if final != nil {
+		rs.out.FinalMessageID = final.ID
+		rs.out.Content = final.Content
+		a.emit(h, Event{Type: EventAnswerFinal, MessageID: final.ID, Content: final.Content})
+	}
+
+	var ver citations.Verification
+	if rs.runCreated {
+		run, err := st.FinishRun(rs.pctx, h.ID, phase, reason, rs.out.FinalMessageID)
+		if err != nil {
+			a.log.Error("persist run phase", "run", h.ID, "phase", phase, "err", err)
+			if phase == store.PhaseCompleted {
+				phase, reason = store.PhaseFailed, a.text().storeFailed(err)
+			}
+			run = store.Run{ID: h.ID, SessionID: h.SessionID, Channel: h.turn.Channel, Phase: phase, Error: reason,
+				UserMessageID: rs.out.UserMessageID, FinalMessageID: rs.out.FinalMessageID}
+		}
+		ver = rs.runHooks(RunResult{Run: run, Final: final})
+	}
+	rs.out.Phase, rs.out.Error = phase, reason
+	rs.out.Citations = ver.Citations
+	rs.finishedEmitted = true
+	a.emit(h, Event{Type: EventRunFinished, Phase: phase, Error: reason,
+		MarkersSeen: ver.Seen, MarkersKept: ver.Kept, MarkersDropped: ver.Dropped})
+}
+
+// runHooks runs the citation hook (COMPLETED only) and then the extra hooks, each bounded by
+// HookTimeout and isolated from the others. It returns the citation check.
+func (rs *runState) runHooks(rr RunResult) citations.Verification {
+	a, h := rs.a, rs.h
+	var ver citations.Verification
+	if rr.Run.Phase == store.PhaseCompleted && rr.Final != nil {
+		v, err := bounded(rs.pctx, a, a.citeHook.Name(), func(ctx context.Context) (citations.Verification, error) {
+			return a.citeHook.apply(ctx, rr)
+		})
+		ver = v
+		if err != nil {
+			a.log.Warn("citation hook failed", "run", h.ID, "err", err)
+			ver.Citations = nil
+		} else if len(ver.Citations) > 0 {
+			a.emit(h, Event{Type: EventCitations, MessageID: rr.Final.ID, Citations: ver.Citations})
+		}
+	}
+	for _, hook := range a.hooks[1:] {
+		if err := a.callHook(rs.pctx, hook.Name(), func(ctx context.Context) error { return hook.AfterRun(ctx, rr) }); err != nil {
+			a.log.Warn("completion hook failed", "hook", hook.Name(), "run", h.ID, "err", err)
+		}
+	}
+	return ver
+}
+
+// callHook runs fn with HookTimeout; see bounded.
+func (a *Agent) callHook(parent context.Context, name string, fn func(ctx context.Context) error) error {
+	_, err := bounded(parent, a, name, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+	return err
+}
+
+// bounded runs fn with HookTimeout. fn runs in its own goroutine so that a hook ignoring its context
+// cannot hold the run (its late result is dropped); a panic in it becomes an error.
+func bounded[T any](parent context.Context, a *Agent, name string, fn func(ctx context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(parent, a.cfg.HookTimeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				a.log.Error("hook panicked", "hook", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				done <- result{err: fmt.Errorf("hook %s panicked: %v", name, r)}
+			}
+		}()
+		v, err := fn(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("hook %s: %w", name, ctx.Err())
+	}
+}
+
+// historyMessages turns a session's earlier messages into model history: USER messages and final
+// ASSISTANT answers, markers stripped (their numbers referred to earlier runs' sources), interrupted
+// answers and tool traffic left out.
+func historyMessages(ms []store.Message) []ChatMessage {
+	var out []ChatMessage
+	for _, m := range ms {
+		var role string
+		switch m.Role {
+		case store.RoleUser:
+			role = "user"
+		case store.RoleAssistant:
+			if len(m.ToolCalls) > 0 || isInterrupted(m.Metadata) {
+				continue
+			}
+			role = "assistant"
+		default:
+			continue
+		}
+		content := citations.Strip(m.Content)
+		if strings.TrimSpace(content) == "" {
+			continue
+		}
+		out = append(out, ChatMessage{Role: role, Content: content})
+	}
+	if len(out) > maxHistoryMessages {
+		out = out[len(out)-maxHistoryMessages:]
+	}
+	return out
+}
+
+func isInterrupted(meta json.RawMessage) bool {
+	if len(meta) == 0 {
+		return false
+	}
+	var m struct {
+		Interrupted bool `json:"interrupted"`
+	}
+	return json.Unmarshal(meta, &m) == nil && m.Interrupted
+}
+
+func errorJSON(msg string) string {
+	b, err := json.Marshal(map[string]string{"error": msg})
+	if err != nil {
+		return `{"error":"internal error"}`
+	}
+	return string(b)
+}
+
+// hasErrorKey reports whether content is a JSON object with a top-level "error" key, the failure
+// shape of DESIGN §4.
+func hasErrorKey(content string) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal([]byte(content), &top) != nil {
+		return false
+	}
+	_, ok := top["error"]
+	return ok
+}
