@@ -1,0 +1,406 @@
+// Package wechat connects a WeChat Official Account (公众号) to citegate. Inbound messages arrive on
+// the webhook /channels/wechat: the signature (and, in safe mode, the AES envelope) is checked and the
+// XML parsed with github.com/silenceper/wechat/v2, WeChat gets "success" at once, and the message goes
+// to the dispatcher. Answers go out through the customer-service message API (客服消息) with a typing
+// indicator while the agent runs, because WeChat gives a webhook only 5 seconds and has no streaming.
+package wechat
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	wechatsdk "github.com/silenceper/wechat/v2"
+	"github.com/silenceper/wechat/v2/cache"
+	"github.com/silenceper/wechat/v2/officialaccount"
+	"github.com/silenceper/wechat/v2/officialaccount/config"
+	"github.com/silenceper/wechat/v2/officialaccount/message"
+	"github.com/silenceper/wechat/v2/util"
+
+	"github.com/citegate/citegate/channels"
+	"github.com/citegate/citegate/citations"
+)
+
+// Name is the channel's key.
+const Name = "wechat"
+
+// Route is the webhook path WeChat is configured to call (服务器地址(URL)).
+const Route = "/channels/wechat"
+
+// DefaultAPIBaseURL is WeChat's public API endpoint.
+const DefaultAPIBaseURL = "https://api.weixin.qq.com"
+
+// UnsupportedNotice answers messages that are not text (images, locations, …).
+const UnsupportedNotice = "暂只支持文字消息"
+
+// maxBody bounds a webhook body; WeChat's XML messages are a few kilobytes.
+const maxBody = 1 << 20
+
+// Config configures the channel. AppID, AppSecret and Token are required; EncodingAESKey (43
+// characters) is required only when the account uses safe mode (安全模式) or compatible mode.
+type Config struct {
+	AppID, AppSecret, Token, EncodingAESKey string
+	APIBaseURL                              string // default https://api.weixin.qq.com
+	Logger                                  *slog.Logger
+	// HTTPClient sends the outbound API calls; nil means a client with a 15 s timeout.
+	HTTPClient *http.Client
+}
+
+// Channel is the WeChat Official Account channel. It implements channels.WebhookChannel.
+type Channel struct {
+	cfg Config
+	oa  *officialaccount.OfficialAccount
+	api *apiClient
+	log *slog.Logger
+
+	started atomic.Pointer[startState]
+
+	// typingEvery re-sends the typing indicator, which WeChat shows for about 15 seconds, while a run
+	// lasts; typingFor bounds how long a reply keeps it alive if it is never finished.
+	typingEvery, typingFor time.Duration
+}
+
+// startState is what Start hands to the webhook: the dispatcher and the channel's lifetime.
+type startState struct {
+	ctx context.Context
+	h   channels.Handler
+}
+
+var _ channels.WebhookChannel = (*Channel)(nil)
+
+// New checks cfg and builds the channel. It does not contact WeChat; Start does.
+func New(cfg Config) (*Channel, error) {
+	var missing []string
+	for _, f := range []struct{ name, v string }{
+		{"app_id", cfg.AppID}, {"app_secret", cfg.AppSecret}, {"token", cfg.Token},
+	} {
+		if strings.TrimSpace(f.v) == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("wechat: missing config %s", strings.Join(missing, ", "))
+	}
+	if cfg.EncodingAESKey != "" {
+		if err := checkAESKey(cfg.EncodingAESKey); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.APIBaseURL == "" {
+		cfg.APIBaseURL = DefaultAPIBaseURL
+	}
+	base, err := trimBase(cfg.APIBaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 15 * time.Second}
+	}
+	log := cfg.Logger.With("channel", Name)
+	// The SDK object serves the inbound side only (signature, decryption, parsing). Its cache is
+	// required (nil panics) even though the channel fetches tokens itself.
+	oa := wechatsdk.NewWechat().GetOfficialAccount(&config.Config{
+		AppID:          cfg.AppID,
+		AppSecret:      cfg.AppSecret,
+		Token:          cfg.Token,
+		EncodingAESKey: cfg.EncodingAESKey,
+		Cache:          cache.NewMemory(),
+	})
+	return &Channel{
+		cfg: cfg,
+		oa:  oa,
+		api: &apiClient{
+			base: base, appID: cfg.AppID, appSecret: cfg.AppSecret,
+			http: cfg.HTTPClient, log: log, now: time.Now, backoff: 500 * time.Millisecond,
+		},
+		log:         log,
+		typingEvery: 10 * time.Second,
+		typingFor:   10 * time.Minute,
+	}, nil
+}
+
+// checkAESKey validates an EncodingAESKey: 43 base64 characters that decode to a 32-byte key.
+func checkAESKey(k string) error {
+	if len(k) != 43 {
+		return fmt.Errorf("wechat: encoding_aes_key must be 43 characters, got %d", len(k))
+	}
+	// EncryptMsg decodes the key the same way the inbound side does; a throwaway encryption is the
+	// SDK's own check of the key.
+	if _, err := util.EncryptMsg(make([]byte, 16), nil, "x", k); err != nil {
+		return fmt.Errorf("wechat: encoding_aes_key: %w", err)
+	}
+	return nil
+}
+
+// Name returns "wechat".
+func (c *Channel) Name() string { return Name }
+
+// Limits: WeChat has no streaming, so the dispatcher never calls Update.
+func (c *Channel) Limits() channels.Limits { return channels.Limits{UpdatesPerSecond: 0} }
+
+// Start checks the credentials by fetching an access token and then lets the webhook deliver
+// messages to h until ctx ends. It returns at once; the error says why the channel cannot run.
+func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
+	if h == nil {
+		return errors.New("wechat: start: nil handler")
+	}
+	if _, err := c.api.accessToken(ctx, ""); err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) {
+			c.log.Error("wechat: cannot get an access token", "errcode", ae.Code, "errmsg", ae.Msg)
+			switch ae.Code {
+			case 40013, 40125, 40001:
+				return fmt.Errorf("wechat: start: app_id or app_secret rejected: %w", err)
+			case 40164, 61004:
+				return fmt.Errorf("wechat: start: this server's IP is not on the account's IP whitelist: %w", err)
+			}
+		}
+		return fmt.Errorf("wechat: start: %w", err)
+	}
+	c.started.Store(&startState{ctx: ctx, h: h})
+	if done := ctx.Done(); done != nil {
+		go func() {
+			<-done
+			c.started.Store(nil)
+		}()
+	}
+	c.log.Info("wechat: webhook ready", "route", Route, "safe_mode", c.cfg.EncodingAESKey != "")
+	return nil
+}
+
+// Routes mounts the webhook.
+func (c *Channel) Routes() map[string]http.Handler {
+	return map[string]http.Handler{Route: http.HandlerFunc(c.serveHTTP)}
+}
+
+// serveHTTP answers WeChat's URL check (GET with echostr) and message pushes (POST). A bad signature
+// gets 403 and nothing else happens. A message is acknowledged with "success" (also in safe mode:
+// WeChat documents "success" as the reply that needs no encryption) and handed to the dispatcher
+// before the handler returns, so its dedup key is durable before WeChat sees the ack.
+func (c *Channel) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	st := c.started.Load()
+	if st == nil {
+		http.Error(w, "wechat channel not started", http.StatusServiceUnavailable)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodPost {
+		w.Header().Set("Allow", "GET, POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		http.Error(w, "body too large or unreadable", http.StatusRequestEntityTooLarge)
+		return
+	}
+	q := r.URL.Query()
+	if !sameString(q.Get("signature"), util.Signature(c.cfg.Token, q.Get("timestamp"), q.Get("nonce"))) {
+		c.log.Warn("wechat: webhook signature mismatch", "remote", r.RemoteAddr)
+		http.Error(w, "invalid signature", http.StatusForbidden)
+		return
+	}
+	if r.Method == http.MethodGet && !q.Has("echostr") {
+		http.Error(w, "missing echostr", http.StatusBadRequest)
+		return
+	}
+	safe := q.Get("encrypt_type") == "aes"
+	if r.Method == http.MethodPost && safe {
+		if c.cfg.EncodingAESKey == "" {
+			c.log.Error("wechat: safe-mode message but encoding_aes_key is not configured")
+			http.Error(w, "safe mode not configured", http.StatusBadRequest)
+			return
+		}
+		var env message.EncryptedXMLMsg
+		if err := xml.Unmarshal(body, &env); err != nil || env.EncryptedMsg == "" {
+			http.Error(w, "bad encrypted envelope", http.StatusBadRequest)
+			return
+		}
+		want := util.Signature(c.cfg.Token, q.Get("timestamp"), q.Get("nonce"), env.EncryptedMsg)
+		if !sameString(q.Get("msg_signature"), want) {
+			c.log.Warn("wechat: webhook msg_signature mismatch", "remote", r.RemoteAddr)
+			http.Error(w, "invalid msg_signature", http.StatusForbidden)
+			return
+		}
+	}
+
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	rec := &bufferedWriter{header: w.Header()}
+	srv := c.oa.GetServer(r, rec)
+	var inbound *channels.Message
+	srv.SetMessageHandler(func(m *message.MixMessage) *message.Reply {
+		msg, reply := c.classify(m)
+		inbound = msg
+		return reply
+	})
+	if err := serveSDK(srv.Serve); err != nil {
+		c.log.Warn("wechat: bad webhook request", "err", err)
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	if srv.ResponseMsg != nil {
+		// A passive reply (the notice for unsupported messages); Send encrypts it in safe mode.
+		if err := serveSDK(srv.Send); err != nil {
+			c.log.Warn("wechat: passive reply failed", "err", err)
+			rec.reset()
+		}
+	}
+	if inbound != nil {
+		start := time.Now()
+		st.h.HandleMessage(st.ctx, *inbound)
+		if d := time.Since(start); d > time.Second {
+			c.log.Warn("wechat: handler slow; WeChat retries after 5 s", "took", d)
+		}
+	}
+	if rec.body.Len() == 0 {
+		rec.header.Set("Content-Type", "text/plain; charset=utf-8")
+		rec.body.WriteString("success")
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(rec.body.Bytes())
+}
+
+// serveSDK runs an SDK call that may panic (its Render panics on a write error).
+func serveSDK(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("wechat sdk panic: %v", p)
+		}
+	}()
+	return f()
+}
+
+// bufferedWriter collects what the SDK writes, so the answer reaches WeChat only after the message is
+// with the dispatcher, and an SDK error never leaves half a response.
+type bufferedWriter struct {
+	header http.Header
+	body   bytes.Buffer
+}
+
+func (b *bufferedWriter) Header() http.Header         { return b.header }
+func (b *bufferedWriter) Write(p []byte) (int, error) { return b.body.Write(p) }
+func (b *bufferedWriter) WriteHeader(int)             {}
+func (b *bufferedWriter) reset()                      { b.body.Reset() }
+
+func sameString(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+// classify turns a parsed push into a dispatcher message, or into a passive reply for what the
+// channel does not handle. Events (subscribe, menu clicks, …) get neither.
+func (c *Channel) classify(m *message.MixMessage) (*channels.Message, *message.Reply) {
+	openID := string(m.FromUserName)
+	var text string
+	switch m.MsgType {
+	case message.MsgTypeText:
+		text = m.Content
+	case message.MsgTypeVoice:
+		// With speech recognition on, WeChat sends the transcript; treat it as the question.
+		text = m.Recognition
+		if strings.TrimSpace(text) == "" {
+			return nil, unsupported()
+		}
+	case message.MsgTypeEvent:
+		c.log.Debug("wechat: event ignored", "event", m.Event)
+		return nil, nil
+	default:
+		return nil, unsupported()
+	}
+	text = strings.TrimSpace(text)
+	if text == "" || openID == "" {
+		return nil, nil
+	}
+	id := strconv.FormatInt(m.MsgID, 10)
+	if m.MsgID == 0 {
+		id = openID + ":" + strconv.FormatInt(m.CreateTime, 10)
+	}
+	return &channels.Message{
+		Channel:        Name,
+		ID:             id,
+		ConversationID: openID,
+		SenderID:       openID,
+		Text:           text,
+		Ref:            openID,
+	}, nil
+}
+
+func unsupported() *message.Reply {
+	return &message.Reply{MsgType: message.MsgTypeText, MsgData: message.NewText(UnsupportedNotice)}
+}
+
+// Reply opens the reply to m: a typing indicator, then the answer as customer-service messages.
+func (c *Channel) Reply(ctx context.Context, m channels.Message) (channels.Reply, error) {
+	openID := openIDOf(m)
+	if openID == "" {
+		return nil, errors.New("wechat: reply: message has no openid")
+	}
+	return &reply{c: c, openID: openID}, nil
+}
+
+// Send sends text to m's user as customer-service message(s), split at WeChat's limit.
+func (c *Channel) Send(ctx context.Context, m channels.Message, text string) error {
+	openID := openIDOf(m)
+	if openID == "" {
+		return errors.New("wechat: send: message has no openid")
+	}
+	return c.sendLong(ctx, openID, text)
+}
+
+func openIDOf(m channels.Message) string {
+	if s, ok := m.Ref.(string); ok && s != "" {
+		return s
+	}
+	return m.ConversationID
+}
+
+// sendLong strips markers, splits and sends. It stops at the first failed part: later parts would
+// fail the same way (window closed) or arrive out of context.
+func (c *Channel) sendLong(ctx context.Context, openID, text string) error {
+	text = stripAll(text)
+	if strings.TrimSpace(text) == "" {
+		text = "（没有可显示的回答）"
+	}
+	parts := splitText(text, maxPartBytes, maxParts)
+	for i, p := range parts {
+		if err := c.api.sendText(ctx, openID, stripAll(p)); err != nil {
+			c.logSendError(err, i+1, len(parts))
+			return fmt.Errorf("wechat: send part %d/%d: %w", i+1, len(parts), err)
+		}
+	}
+	return nil
+}
+
+func (c *Channel) logSendError(err error, part, parts int) {
+	var ae *APIError
+	switch {
+	case errors.As(err, &ae) && ae.WindowClosed():
+		c.log.Error("wechat: WeChat refused the customer-service message: the user must write to the account again (48-hour window / message quota)",
+			"errcode", ae.Code, "errmsg", ae.Msg, "part", part, "parts", parts)
+	case errors.As(err, &ae):
+		c.log.Error("wechat: customer-service message failed", "errcode", ae.Code, "errmsg", ae.Msg, "part", part, "parts", parts)
+	default:
+		c.log.Error("wechat: customer-service message failed", "err", err, "part", part, "parts", parts)
+	}
+}
+
+// stripAll removes markers until none is left. One Strip pass can leave a marker behind when markers
+// nest ("[^[^1^]1^]" strips to "[^1^]"); every pass shortens the text, so the loop ends.
+func stripAll(s string) string {
+	for {
+		t := citations.Strip(s)
+		if t == s {
+			return s
+		}
+		s = t
+	}
+}
