@@ -8,6 +8,7 @@ package markdown
 import (
 	"bytes"
 	"html"
+	"log/slog"
 	"net/url"
 	"regexp"
 	"slices"
@@ -62,7 +63,18 @@ func Render(content string, cits []citations.Citation, opt Options) string {
 }
 
 // RenderBody renders content as markdown with superscripts for the markers that point at cits.
-func RenderBody(content string, cits []citations.Citation, opt Options) string {
+func RenderBody(content string, cits []citations.Citation, opt Options) (out string) {
+	// goldmark's CJK line-break handling indexes runes and panics on invalid UTF-8 (found by
+	// FuzzRender); models and stores can hand us such bytes, so repair them first.
+	content = strings.ToValidUTF8(content, "\uFFFD")
+	defer func() {
+		// goldmark is foreign code: should another input make it panic, the answer is still shown,
+		// as escaped text without markers, rather than taking the request down.
+		if r := recover(); r != nil {
+			slog.Error("markdown: render panicked", "panic", r)
+			out = RenderPlain(citations.Strip(content))
+		}
+	}()
 	valid := usable(cits)
 	pc := parser.NewContext()
 	pc.Set(stateKey, &renderState{display: citations.DisplayNumbers(valid), anchor: opt.anchor()})
@@ -192,6 +204,9 @@ func newPolicy() *bluemonday.Policy {
 	p.AllowAttrs("type").Matching(regexp.MustCompile(`^button$`)).OnElements("button")
 	p.AllowAttrs("data-n", "data-k").Matching(regexp.MustCompile(`^[0-9]{1,10}$`)).OnElements("a", "li", "button")
 	p.AllowAttrs("data-message").Matching(regexp.MustCompile(`^[0-9]{1,20}$`)).OnElements("button")
+	// GFM task lists: goldmark emits disabled checkboxes; nothing else may produce an input.
+	p.AllowAttrs("type").Matching(regexp.MustCompile(`^checkbox$`)).OnElements("input")
+	p.AllowAttrs("checked", "disabled").Matching(regexp.MustCompile(`^$`)).OnElements("input")
 	p.AllowAttrs("target").Matching(regexp.MustCompile(`^_blank$`)).OnElements("a")
 	p.AllowAttrs("rel").Matching(regexp.MustCompile(`^(noopener|noreferrer)( (noopener|noreferrer))*$`)).OnElements("a")
 	return p

@@ -145,11 +145,11 @@ func TestRenderBehaviour(t *testing.T) {
 			cits: []citations.Citation{cite(1234567890, "https://x.example/", "X")}, contains: []string{"[^1234567890^]"},
 		},
 		{
-			name: "english labels", content: "a[^2^]", cits: two, opt: Options{Lang: "en-GB", MessageID: 4},
+			name: "english labels", content: "a[^2^]", cits: two, opt: Options{Lang: "en-GB", MessageID: 4}, sups: []string{"2:1"},
 			contains: []string{"<summary>Sources 2</summary>", `data-message="4"`, ">Excerpt</button>"},
 		},
 		{
-			name: "no message id no preview button", content: "a[^2^]", cits: two,
+			name: "no message id no preview button", content: "a[^2^]", cits: two, sups: []string{"2:1"},
 			absent: []string{"<button"},
 		},
 		{
@@ -178,7 +178,7 @@ func TestRenderBehaviour(t *testing.T) {
 			contains: []string{"&lt;b&gt;hi&lt;/b&gt;"}, absent: []string{"<b>", "<script"},
 		},
 		{
-			name: "unsafe anchor replaced", content: "a[^2^]", cits: two, opt: Options{Anchor: `x" onmouseover="y`},
+			name: "unsafe anchor replaced", content: "a[^2^]", cits: two, opt: Options{Anchor: `x" onmouseover="y`}, sups: []string{"2:1"},
 			contains: []string{`href="#cite-src-1"`, `id="cite-src-1"`},
 		},
 	}
