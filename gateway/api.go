@@ -1,0 +1,263 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/citations/markdown"
+	"github.com/citegate/citegate/store"
+)
+
+// messageJSON is one message as the desktop view sees it (REST history and session.history).
+type messageJSON struct {
+	ID          uint64               `json:"id"`
+	Role        store.Role           `json:"role"`
+	Content     string               `json:"content"`
+	HTML        string               `json:"html"`
+	Citations   []citations.Citation `json:"citations"`
+	CreatedAt   time.Time            `json:"createdAt"`
+	Interrupted bool                 `json:"interrupted,omitempty"`
+}
+
+type sessionJSON struct {
+	ID        string    `json:"id"`
+	Title     string    `json:"title"`
+	Channel   string    `json:"channel"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+func toSessionJSON(s store.Session) sessionJSON {
+	return sessionJSON{ID: s.ID, Title: s.Title, Channel: s.Channel, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+}
+
+// visible reports whether m belongs in a conversation view: USER messages and final ASSISTANT
+// messages. Tool calls and tool results are the record (export), not the conversation.
+func visible(m store.Message) bool {
+	switch m.Role {
+	case store.RoleUser:
+		return true
+	case store.RoleAssistant:
+		return len(m.ToolCalls) == 0
+	}
+	return false
+}
+
+// interrupted reads metadata.interrupted; malformed metadata counts as not interrupted.
+func interrupted(metadata []byte) bool {
+	if len(metadata) == 0 {
+		return false
+	}
+	var doc struct {
+		Interrupted bool `json:"interrupted"`
+	}
+	return json.Unmarshal(metadata, &doc) == nil && doc.Interrupted
+}
+
+func anchorFor(id uint64) string { return "m" + strconv.FormatUint(id, 10) }
+
+// renderMessage renders m's HTML. messageID enables the preview buttons (0 on share pages, where
+// previews are not available to anonymous readers).
+func renderMessage(m store.Message, cits []citations.Citation, lang string, withPreview bool) string {
+	if m.Role == store.RoleUser {
+		return markdown.RenderPlain(m.Content)
+	}
+	opt := markdown.Options{Lang: lang, Anchor: anchorFor(m.ID)}
+	if withPreview {
+		opt.MessageID = m.ID
+	}
+	return markdown.Render(m.Content, cits, opt)
+}
+
+func toMessageJSON(m store.Message, lang string) messageJSON {
+	cits := citations.FromMetadata(m.Metadata)
+	if cits == nil {
+		cits = []citations.Citation{}
+	}
+	return messageJSON{
+		ID:          m.ID,
+		Role:        m.Role,
+		Content:     m.Content,
+		HTML:        renderMessage(m, cits, lang, true),
+		Citations:   cits,
+		CreatedAt:   m.CreatedAt,
+		Interrupted: m.Role == store.RoleAssistant && interrupted(m.Metadata),
+	}
+}
+
+// ownedSession loads a session of u; anything else (missing or someone else's) is the same 404.
+func (s *Server) ownedSession(r *http.Request, u store.User, id string) (store.Session, error) {
+	if id == "" || len(id) > 128 {
+		return store.Session{}, errNotFound()
+	}
+	sess, err := s.st.GetSession(r.Context(), id)
+	if err != nil {
+		return store.Session{}, s.storeErr("get_session", err)
+	}
+	if sess.UserID != u.ID {
+		return store.Session{}, errNotFound()
+	}
+	return sess, nil
+}
+
+func (s *Server) handleMe(w http.ResponseWriter, r *http.Request, u store.User) error {
+	writeJSON(w, http.StatusOK, map[string]string{"id": u.ID, "name": u.Name, "model": s.ag.ModelName()})
+	return nil
+}
+
+func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, u store.User) error {
+	list, err := s.st.ListSessions(r.Context(), u.ID)
+	if err != nil {
+		return s.storeErr("list_sessions", err)
+	}
+	out := make([]sessionJSON, 0, len(list))
+	for _, sess := range list {
+		out = append(out, toSessionJSON(sess))
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+	return nil
+}
+
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, u store.User) error {
+	sess, err := s.ownedSession(r, u, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	msgs, err := s.history(r, sess.ID, langOf(r))
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]any{"sessionId": sess.ID, "messages": msgs})
+	return nil
+}
+
+func (s *Server) history(r *http.Request, sessionID, lang string) ([]messageJSON, error) {
+	all, err := s.st.ListMessages(r.Context(), sessionID)
+	if err != nil {
+		return nil, s.storeErr("list_messages", err)
+	}
+	out := make([]messageJSON, 0, len(all))
+	for _, m := range all {
+		if visible(m) {
+			out = append(out, toMessageJSON(m, lang))
+		}
+	}
+	return out, nil
+}
+
+type shareJSON struct {
+	Token     string `json:"token"`
+	URL       string `json:"url"`
+	Watermark uint64 `json:"watermark"`
+}
+
+func (s *Server) handleCreateShare(w http.ResponseWriter, r *http.Request, u store.User) error {
+	sess, err := s.ownedSession(r, u, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	wm, err := s.st.LastMessageID(r.Context(), sess.ID)
+	if err != nil {
+		return s.storeErr("last_message_id", err)
+	}
+	if wm == 0 {
+		return errBadRequest("the session has no messages to share yet")
+	}
+	tok, sh, err := s.st.CreateShare(r.Context(), sess.ID, u.ID, wm)
+	if err != nil {
+		return s.storeErr("create_share", err)
+	}
+	s.log.InfoContext(r.Context(), "share created", "session", sess.ID, "user", u.ID, "watermark", sh.Watermark)
+	writeJSON(w, http.StatusCreated, shareJSON{Token: tok, URL: s.cfg.PublicURL + "/s/" + tok, Watermark: sh.Watermark})
+	return nil
+}
+
+func (s *Server) handleRevokeShare(w http.ResponseWriter, r *http.Request, u store.User) error {
+	tok := r.PathValue("token")
+	if tok == "" || len(tok) > maxTokenLen {
+		return errNotFound()
+	}
+	if err := s.st.RevokeShare(r.Context(), tok, u.ID); err != nil {
+		return s.storeErr("revoke_share", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// parseID parses a positive decimal message id; anything else is not found (ids are not guessable
+// input worth a distinct error).
+func parseID(s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return 0, errNotFound()
+	}
+	return id, nil
+}
+
+// ownedMessage loads message id if it belongs to one of u's sessions.
+func (s *Server) ownedMessage(r *http.Request, u store.User, rawID string) (store.Message, error) {
+	id, err := parseID(rawID)
+	if err != nil {
+		return store.Message{}, err
+	}
+	m, err := s.st.GetMessage(r.Context(), id)
+	if err != nil {
+		return store.Message{}, s.storeErr("get_message", err)
+	}
+	if _, err := s.ownedSession(r, u, m.SessionID); err != nil {
+		return store.Message{}, err
+	}
+	return m, nil
+}
+
+var errShareGone = errors.New("share not found")
+
+// shareSnapshot loads a share and the session messages up to its watermark.
+func (s *Server) shareSnapshot(r *http.Request, tok string) (store.Share, store.Session, []store.Message, error) {
+	if tok == "" || len(tok) > maxTokenLen {
+		return store.Share{}, store.Session{}, nil, errShareGone
+	}
+	sh, err := s.st.GetShare(r.Context(), tok)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return sh, store.Session{}, nil, errShareGone
+		}
+		return sh, store.Session{}, nil, s.storeErr("get_share", err)
+	}
+	sess, err := s.st.GetSession(r.Context(), sh.SessionID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return sh, sess, nil, errShareGone
+		}
+		return sh, sess, nil, s.storeErr("get_session", err)
+	}
+	all, err := s.st.ListMessages(r.Context(), sess.ID)
+	if err != nil {
+		return sh, sess, nil, s.storeErr("list_messages", err)
+	}
+	snap := all[:0:0]
+	for _, m := range all {
+		// Frozen at the watermark: later messages never appear, whatever happens to the session.
+		if m.ID <= sh.Watermark {
+			snap = append(snap, m)
+		}
+	}
+	return sh, sess, snap, nil
+}
+
+func formatBytes(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KB", (n+512)>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/citegate/citegate/store"
+)
+
+// exportLine is one JSONL line: the stored record of one message. Content keeps the raw markers and
+// metadata keeps citations, so an export can be verified offline.
+type exportLine struct {
+	ID         uint64           `json:"id"`
+	SessionID  string           `json:"sessionId"`
+	RunID      string           `json:"runId,omitempty"`
+	Role       store.Role       `json:"role"`
+	Content    string           `json:"content"`
+	ToolCalls  []store.ToolCall `json:"toolCalls,omitempty"`
+	ToolCallID string           `json:"toolCallId,omitempty"`
+	ToolName   string           `json:"toolName,omitempty"`
+	Metadata   json.RawMessage  `json:"metadata,omitempty"`
+	CreatedAt  time.Time        `json:"createdAt"`
+}
+
+func (s *Server) handleExport(w http.ResponseWriter, r *http.Request, u store.User) error {
+	sess, err := s.ownedSession(r, u, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	msgs, err := s.st.ListMessages(r.Context(), sess.ID)
+	if err != nil {
+		return s.storeErr("list_messages", err)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	s.streamJSONL(w, r, sess, msgs)
+	return nil
+}
+
+// streamJSONL writes one object per line as it goes; nothing but the current line is buffered.
+func (s *Server) streamJSONL(w http.ResponseWriter, r *http.Request, sess store.Session, msgs []store.Message) {
+	w.Header().Set("Content-Type", "application/x-ndjson; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="citegate-`+safeFileName(sess.ID)+`.jsonl"`)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	rc := http.NewResponseController(w)
+	for i, m := range msgs {
+		line := exportLine{
+			ID: m.ID, SessionID: m.SessionID, RunID: m.RunID, Role: m.Role, Content: m.Content,
+			ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, ToolName: m.ToolName,
+			Metadata: scrubMetadata(m.Metadata), CreatedAt: m.CreatedAt,
+		}
+		if err := enc.Encode(line); err != nil {
+			s.log.DebugContext(r.Context(), "export aborted", "session", sess.ID, "err", err)
+			return
+		}
+		if i%64 == 63 {
+			_ = rc.Flush() // not every writer flushes; the data still arrives at the end
+		}
+	}
+}
+
+func safeFileName(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, id)
+}
+
+// dataURI matches a base64 data: URI, anywhere inside a string.
+var dataURI = regexp.MustCompile(`data:([a-zA-Z0-9!#$&^_.+-]+/[a-zA-Z0-9!#$&^_.+-]+)?((?:;[a-zA-Z0-9!#$&^_.+-]+=[^;,"]*)*);base64,([A-Za-z0-9+/=_-]+)`)
+
+// scrubMetadata replaces every base64 data: URI in string values of metadata (at any depth) with a
+// short placeholder such as "[data URI removed: image/png, 12 KB]". Metadata without one comes back
+// byte for byte; metadata that is not valid JSON comes back unchanged (it is the record).
+func scrubMetadata(md json.RawMessage) json.RawMessage {
+	if len(md) == 0 || !bytes.Contains(md, []byte("base64,")) {
+		return md
+	}
+	dec := json.NewDecoder(bytes.NewReader(md))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return md
+	}
+	v, changed := scrubValue(v)
+	if !changed {
+		return md
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return md
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n")
+}
+
+func scrubValue(v any) (any, bool) {
+	switch t := v.(type) {
+	case string:
+		if !strings.Contains(t, "base64,") {
+			return t, false
+		}
+		out := dataURI.ReplaceAllStringFunc(t, placeholder)
+		return out, out != t
+	case map[string]any:
+		changed := false
+		for k, e := range t {
+			if ne, c := scrubValue(e); c {
+				t[k], changed = ne, true
+			}
+		}
+		return t, changed
+	case []any:
+		changed := false
+		for i, e := range t {
+			if ne, c := scrubValue(e); c {
+				t[i], changed = ne, true
+			}
+		}
+		return t, changed
+	}
+	return v, false
+}
+
+func placeholder(uri string) string {
+	m := dataURI.FindStringSubmatch(uri)
+	mime := "application/octet-stream"
+	if m[1] != "" {
+		mime = strings.ToLower(m[1])
+	}
+	payload := strings.TrimRight(m[3], "=")
+	size := base64.RawStdEncoding.DecodedLen(len(payload))
+	if !utf8.ValidString(mime) {
+		mime = "application/octet-stream"
+	}
+	return "[data URI removed: " + mime + ", " + formatBytes(size) + "]"
+}

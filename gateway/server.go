@@ -1,0 +1,256 @@
+// Package gateway is citegate's HTTP server: the desktop view and its websocket hub, the REST API,
+// read-only share pages, JSONL export, the authorised excerpt preview, token auth, Prometheus
+// metrics and the admin unix socket used by `citegate user add` while the server holds the database.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
+
+	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/gateway/web"
+	"github.com/citegate/citegate/store"
+)
+
+// Config configures a Server. Store and Agent are required.
+type Config struct {
+	// Addr is the listen address; it decides whether EnsureLocalUser may create a local user.
+	Addr string
+	// PublicURL is how browsers reach the server (share links, Origin checks); default "http://"+Addr.
+	PublicURL string
+	// DataDir holds the admin socket (citegate.sock).
+	DataDir string
+	Store   *store.Store
+	Agent   *agent.Agent
+	// KB serves the local corpus, mounted at /kb/ (nil → 404).
+	KB http.Handler
+	// Fetch returns a page's current text for the preview recheck (open_web_page's guarded fetcher).
+	// Nil makes recheck answer 503 unavailable.
+	Fetch func(ctx context.Context, url string) (string, error)
+	// Webhooks are channel webhook routes, mounted as given (path → handler).
+	Webhooks map[string]http.Handler
+	// ChatRatePerMinute limits chat.send per user; default 20 with a burst of 5.
+	ChatRatePerMinute int
+	// AllowedOrigins are extra Origins (scheme://host[:port]) allowed for cookie-authenticated
+	// websocket upgrades; PublicURL's origin is always allowed.
+	AllowedOrigins []string
+	// Registry receives the gateway's metrics and is exposed at /metrics; nil → a new one.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// Server is the gateway. Create it with New; serve it with Serve or mount Handler.
+type Server struct {
+	cfg       Config
+	st        *store.Store
+	ag        *agent.Agent
+	log       *slog.Logger
+	now       func() time.Time
+	publicURL *url.URL
+	origins   map[string]bool // allowed Origins, lower-case scheme://host[:port]
+	reg       *prometheus.Registry
+	m         *metrics
+	hub       *hub
+	handler   http.Handler
+	unsub     func()
+
+	limMu    sync.Mutex
+	limiters map[string]*rate.Limiter // user id → chat.send limiter
+	limRate  rate.Limit
+	limBurst int
+}
+
+// New validates cfg and builds a Server. It subscribes to the agent's events at once, so runs started
+// by channels are counted in the metrics too.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("gateway: Config.Store is required")
+	}
+	if cfg.Agent == nil {
+		return nil, errors.New("gateway: Config.Agent is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ChatRatePerMinute <= 0 {
+		cfg.ChatRatePerMinute = 20
+	}
+	if cfg.PublicURL == "" {
+		if cfg.Addr == "" {
+			return nil, errors.New("gateway: Config.PublicURL or Config.Addr is required")
+		}
+		cfg.PublicURL = "http://" + cfg.Addr
+	}
+	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	pu, err := url.Parse(cfg.PublicURL)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return nil, fmt.Errorf("gateway: public URL %q must be an absolute http(s) URL", cfg.PublicURL)
+	}
+	s := &Server{
+		cfg:       cfg,
+		st:        cfg.Store,
+		ag:        cfg.Agent,
+		log:       cfg.Logger.With("component", "gateway"),
+		now:       cfg.Now,
+		publicURL: pu,
+		origins:   map[string]bool{strings.ToLower(pu.Scheme + "://" + pu.Host): true},
+		reg:       cfg.Registry,
+		limiters:  make(map[string]*rate.Limiter),
+		limRate:   rate.Limit(float64(cfg.ChatRatePerMinute) / 60),
+		limBurst:  5,
+	}
+	for _, o := range cfg.AllowedOrigins {
+		u, err := url.Parse(strings.TrimSpace(o))
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return nil, fmt.Errorf("gateway: allowed origin %q must look like https://host[:port]", o)
+		}
+		s.origins[strings.ToLower(u.Scheme+"://"+u.Host)] = true
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	if s.m, err = newMetrics(s.reg); err != nil {
+		return nil, err
+	}
+	s.hub = newHub(s)
+	s.handler = s.routes()
+	s.unsub = s.ag.Subscribe(s.hub.onEvent)
+	return s, nil
+}
+
+// Handler returns the HTTP handler with every route.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.handleIndex)
+	mux.HandleFunc("POST /login", s.handleLogin)
+	mux.HandleFunc("POST /logout", s.handleLogout)
+	mux.HandleFunc("GET /ws", s.handleWS)
+	mux.HandleFunc("GET /healthz", s.handleHealthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+
+	mux.HandleFunc("GET /api/me", s.api(s.handleMe))
+	mux.HandleFunc("GET /api/sessions", s.api(s.handleSessions))
+	mux.HandleFunc("GET /api/sessions/{id}/messages", s.api(s.handleMessages))
+	mux.HandleFunc("POST /api/sessions/{id}/shares", s.api(s.handleCreateShare))
+	mux.HandleFunc("DELETE /api/shares/{token}", s.api(s.handleRevokeShare))
+	mux.HandleFunc("GET /api/sessions/{id}/export.jsonl", s.api(s.handleExport))
+	mux.HandleFunc("GET /api/messages/{id}/citations/{n}/preview", s.api(s.handlePreview))
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound()) })
+
+	mux.HandleFunc("GET /s/{token}", s.handleSharePage)
+	mux.HandleFunc("GET /s/{token}/export.jsonl", s.handleShareExport)
+
+	mux.Handle("GET /assets/", http.StripPrefix("/assets/", web.Assets()))
+	if s.cfg.KB != nil {
+		mux.Handle("/kb/", s.cfg.KB)
+	}
+	for path, h := range s.cfg.Webhooks {
+		mux.Handle(path, h)
+	}
+	return mux
+}
+
+// Serve serves HTTP on ln until ctx ends, then shuts down gracefully: websocket clients get a close
+// frame, in-flight requests get a few seconds to finish.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.hub.closeAll()
+		return fmt.Errorf("gateway: serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Hijacked websocket connections are not tracked by Shutdown; the hub closes them itself.
+	s.hub.closeAll()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	<-errc
+	if err != nil {
+		return fmt.Errorf("gateway: shutdown: %w", err)
+	}
+	return nil
+}
+
+// Close stops routing agent events to this server's clients and closes them. Serve calls the
+// client part itself; Close is for servers mounted through Handler (tests, embedding).
+func (s *Server) Close() {
+	if s.unsub != nil {
+		s.unsub()
+	}
+	s.hub.closeAll()
+}
+
+// limiter returns the user's chat.send limiter.
+func (s *Server) limiter(userID string) *rate.Limiter {
+	s.limMu.Lock()
+	defer s.limMu.Unlock()
+	l, ok := s.limiters[userID]
+	if !ok {
+		l = rate.NewLimiter(s.limRate, s.limBurst)
+		s.limiters[userID] = l
+	}
+	return l
+}
+
+// storeErr turns a store error into an HTTP error: not found stays not found, everything else is
+// counted and becomes internal.
+func (s *Server) storeErr(op string, err error) *Error {
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request cancelled", Err: err}
+	}
+	s.m.storeErrors.WithLabelValues(op).Inc()
+	return errInternal(fmt.Errorf("store %s: %w", op, err))
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	w.Header().Set("Cache-Control", "no-store")
+	if err := s.st.Ping(ctx); err != nil {
+		s.m.storeErrors.WithLabelValues("ping").Inc()
+		s.log.WarnContext(r.Context(), "health check failed", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "store": "unreachable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// langOf picks the page language from Accept-Language: English when the browser prefers English,
+// Chinese otherwise (the product's default).
+func langOf(r *http.Request) string {
+	al := strings.ToLower(strings.TrimSpace(r.Header.Get("Accept-Language")))
+	if strings.HasPrefix(al, "en") {
+		return "en"
+	}
+	return "zh"
+}
