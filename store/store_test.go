@@ -1,0 +1,298 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+)
+
+func TestOpenCreatesDirectoryAndFileOwnerOnly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data", "nested")
+	path := filepath.Join(dir, "citegate.db")
+	s := openAt(t, path, nil)
+	assert.Equal(t, path, s.Path())
+	require.NoError(t, s.Ping(context.Background()))
+
+	di, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), di.Mode().Perm())
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
+
+func TestOpenRejectsEmptyPath(t *testing.T) {
+	_, err := Open("", Options{})
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestOpenLockedFailsFast(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "citegate.db")
+	first := openAt(t, path, nil)
+	require.NoError(t, first.Ping(context.Background()))
+
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		want    time.Duration // the effective timeout
+	}{
+		{"explicit 100ms", 100 * time.Millisecond, 100 * time.Millisecond},
+		{"explicit 300ms", 300 * time.Millisecond, 300 * time.Millisecond},
+		{"default", 0, defaultTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			s, err := Open(path, Options{Timeout: tt.timeout, Logger: quietLogger()})
+			elapsed := time.Since(start)
+			if s != nil {
+				_ = s.Close()
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrLocked)
+			assert.Contains(t, err.Error(), path, "the error names the file")
+			assert.Contains(t, err.Error(), "citegate serve", "the error says what to do")
+			// bbolt polls the lock every 50ms and gives up one poll before the deadline.
+			assert.GreaterOrEqual(t, elapsed, tt.want-100*time.Millisecond, "waited for the lock")
+			assert.Less(t, elapsed, tt.want+500*time.Millisecond, "did not hang")
+			t.Logf("locked open failed after %s (timeout %s)", elapsed, tt.want)
+		})
+	}
+
+	// Once the holder closes, the file opens again.
+	require.NoError(t, first.Close())
+	second, err := Open(path, Options{Timeout: 100 * time.Millisecond, Logger: quietLogger()})
+	require.NoError(t, err)
+	require.NoError(t, second.Close())
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "citegate.db")
+	s := openAt(t, path, nil)
+	assert.Equal(t, []byte("1"), rawGet(t, s, bucketMeta, keySchemaVersion))
+	rawPut(t, s, bucketMeta, keySchemaVersion, []byte("99"))
+	require.NoError(t, s.Close())
+
+	_, err := Open(path, Options{Timeout: 100 * time.Millisecond, Logger: quietLogger()})
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrLocked)
+	assert.Contains(t, err.Error(), "schema version 99 is newer")
+
+	// The refused open wrote nothing: the newer version is still there.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		assert.Equal(t, []byte("99"), tx.Bucket(bucketMeta).Get(keySchemaVersion))
+		return nil
+	}))
+}
+
+func TestOpenRejectsNonDatabaseFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "citegate.db")
+	require.NoError(t, os.WriteFile(path, []byte("this is not a bbolt file, it is long enough to be read as a page header......"), 0o600))
+	_, err := Open(path, Options{Timeout: 100 * time.Millisecond, Logger: quietLogger()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), path)
+}
+
+func TestReopenKeepsEverything(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "citegate.db")
+	clock := newClock()
+	s := openAt(t, path, clock)
+
+	user, token, err := s.CreateUser(ctx, "alice")
+	require.NoError(t, err)
+	sess, err := s.CreateSession(ctx, Session{UserID: user.ID, Channel: "desktop", Title: "hello"})
+	require.NoError(t, err)
+	require.NoError(t, s.BindConversation(ctx, "feishu:oc_1", sess.ID))
+	m1, err := s.AppendMessage(ctx, Message{SessionID: sess.ID, Role: RoleUser, Content: "question"})
+	require.NoError(t, err)
+	m2, err := s.AppendMessage(ctx, Message{SessionID: sess.ID, Role: RoleAssistant, Content: "answer [^1^]",
+		Metadata: json.RawMessage(`{"model":"x"}`)})
+	require.NoError(t, err)
+	require.NoError(t, s.MergeMetadata(ctx, m2.ID, map[string]json.RawMessage{
+		"citations": json.RawMessage(`[{"n":1,"url":"https://example.com/a","title":"A"}]`),
+	}))
+	run, err := s.CreateRun(ctx, Run{SessionID: sess.ID, Channel: "desktop", UserMessageID: m1.ID})
+	require.NoError(t, err)
+	run, err = s.FinishRun(ctx, run.ID, PhaseCompleted, "", m2.ID)
+	require.NoError(t, err)
+	require.NoError(t, s.SetRunMarkers(ctx, run.ID, 2, 1, 1))
+	run.MarkersSeen, run.MarkersKept, run.MarkersDropped = 2, 1, 1
+	shareToken, share, err := s.CreateShare(ctx, sess.ID, user.ID, m2.ID)
+	require.NoError(t, err)
+	fresh, err := s.MarkSeen(ctx, "feishu:om_1", 24*time.Hour)
+	require.NoError(t, err)
+	require.True(t, fresh)
+	wantMsgs, err := s.ListMessages(ctx, sess.ID)
+	require.NoError(t, err)
+	wantSess, err := s.GetSession(ctx, sess.ID)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	s = openAt(t, path, clock)
+	assert.Equal(t, 0, s.RecoveredRuns())
+	gotUser, err := s.UserByToken(ctx, token)
+	require.NoError(t, err)
+	assert.Equal(t, user, gotUser)
+	gotSess, err := s.GetSession(ctx, sess.ID)
+	require.NoError(t, err)
+	assert.Equal(t, wantSess, gotSess)
+	bound, err := s.ConversationSession(ctx, "feishu:oc_1")
+	require.NoError(t, err)
+	assert.Equal(t, sess.ID, bound)
+	gotMsgs, err := s.ListMessages(ctx, sess.ID)
+	require.NoError(t, err)
+	assert.Equal(t, wantMsgs, gotMsgs)
+	assert.JSONEq(t, `{"model":"x","citations":[{"n":1,"url":"https://example.com/a","title":"A"}]}`,
+		string(gotMsgs[1].Metadata))
+	gotRun, err := s.GetRun(ctx, run.ID)
+	require.NoError(t, err)
+	assert.Equal(t, run, gotRun)
+	gotShare, err := s.GetShare(ctx, shareToken)
+	require.NoError(t, err)
+	assert.Equal(t, share, gotShare)
+	fresh, err = s.MarkSeen(ctx, "feishu:om_1", 24*time.Hour)
+	require.NoError(t, err)
+	assert.False(t, fresh, "dedup survives restart")
+
+	// New messages keep counting up after a reopen.
+	m3, err := s.AppendMessage(ctx, Message{SessionID: sess.ID, Role: RoleUser, Content: "more"})
+	require.NoError(t, err)
+	assert.Greater(t, m3.ID, m2.ID)
+	checkConsistency(t, s)
+}
+
+func TestCrashLeftoverRunsBecomeFailed(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "citegate.db")
+	clock := newClock()
+	s := openAt(t, path, clock)
+	sess := newSession(t, s, "u1")
+
+	running1, err := s.CreateRun(ctx, Run{SessionID: sess.ID, Channel: "desktop"})
+	require.NoError(t, err)
+	running2, err := s.CreateRun(ctx, Run{SessionID: sess.ID, Channel: "feishu"})
+	require.NoError(t, err)
+	done, err := s.CreateRun(ctx, Run{SessionID: sess.ID})
+	require.NoError(t, err)
+	done, err = s.FinishRun(ctx, done.ID, PhaseCancelled, "cancelled by user", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 0, s.RecoveredRuns())
+	require.NoError(t, s.Close()) // the "crash": the process goes away with runs RUNNING
+
+	clock.Advance(time.Minute)
+	restart := clock.Now()
+	s = openAt(t, path, clock)
+	assert.Equal(t, 2, s.RecoveredRuns())
+	for _, id := range []string{running1.ID, running2.ID} {
+		r, err := s.GetRun(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, PhaseFailed, r.Phase)
+		assert.Equal(t, "interrupted", r.Error)
+		assert.True(t, r.EndedAt.Equal(restart), "EndedAt is the recovery time, got %s", r.EndedAt)
+		_, err = s.FinishRun(ctx, id, PhaseCompleted, "", 0)
+		assert.ErrorIs(t, err, ErrConflict, "a recovered run is terminal")
+	}
+	got, err := s.GetRun(ctx, done.ID)
+	require.NoError(t, err)
+	assert.Equal(t, done, got, "a finished run is left alone")
+	require.NoError(t, s.Close())
+
+	s = openAt(t, path, clock)
+	assert.Equal(t, 0, s.RecoveredRuns(), "recovery happens once")
+	checkConsistency(t, s)
+}
+
+func TestRecoverySkipsCorruptRunRecord(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "citegate.db")
+	s := openAt(t, path, nil)
+	sess := newSession(t, s, "u1")
+	bad, err := s.CreateRun(ctx, Run{SessionID: sess.ID})
+	require.NoError(t, err)
+	good, err := s.CreateRun(ctx, Run{SessionID: sess.ID})
+	require.NoError(t, err)
+	rawPut(t, s, bucketRuns, []byte(bad.ID), []byte("{not json"))
+	require.NoError(t, s.Close())
+
+	s = openAt(t, path, nil)
+	assert.Equal(t, 1, s.RecoveredRuns())
+	r, err := s.GetRun(ctx, good.ID)
+	require.NoError(t, err)
+	assert.Equal(t, PhaseFailed, r.Phase)
+	_, err = s.GetRun(ctx, bad.ID)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNotFound)
+	assert.Equal(t, []byte("{not json"), rawGet(t, s, bucketRuns, []byte(bad.ID)), "corrupt record kept as is")
+}
+
+func TestCancelledContextStartsNoTransaction(t *testing.T) {
+	s, _ := openTest(t)
+	sess := newSession(t, s, "u1")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	calls := map[string]func() error{
+		"Ping":          func() error { return s.Ping(ctx) },
+		"CreateSession": func() error { _, err := s.CreateSession(ctx, Session{UserID: "u1"}); return err },
+		"GetSession":    func() error { _, err := s.GetSession(ctx, sess.ID); return err },
+		"AppendMessage": func() error {
+			_, err := s.AppendMessage(ctx, Message{SessionID: sess.ID, Role: RoleUser, Content: "x"})
+			return err
+		},
+		"MergeMetadata": func() error { return s.MergeMetadata(ctx, 1, nil) },
+		"CreateRun":     func() error { _, err := s.CreateRun(ctx, Run{SessionID: sess.ID}); return err },
+		"CreateUser":    func() error { _, _, err := s.CreateUser(ctx, "bob"); return err },
+		"MarkSeen":      func() error { _, err := s.MarkSeen(ctx, "k", time.Hour); return err },
+		"PruneSeen":     func() error { _, err := s.PruneSeen(ctx); return err },
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			assert.ErrorIs(t, call(), context.Canceled)
+		})
+	}
+	msgs, err := s.ListMessages(context.Background(), sess.ID)
+	require.NoError(t, err)
+	assert.Empty(t, msgs, "nothing was written")
+	n, err := s.CountUsers(context.Background())
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func TestCorruptRecordsGiveErrorsNotPanics(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	sess := newSession(t, s, "u1")
+	rawPut(t, s, bucketSessions, []byte("bad"), []byte("\x00\x01garbage"))
+	rawPut(t, s, bucketMessages, u64(999), []byte(`{"id":"not a number"}`))
+	rawPut(t, s, bucketUsers, []byte("baduser"), []byte(`[`))
+	rawPut(t, s, bucketSessionMessages, prefixKey(sess.ID, []byte{1, 2}), nil)
+
+	_, err := s.GetSession(ctx, "bad")
+	assert.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNotFound)
+	_, err = s.GetMessage(ctx, 999)
+	assert.Error(t, err)
+	assert.NotErrorIs(t, err, ErrNotFound)
+	err = s.MergeMetadata(ctx, 999, map[string]json.RawMessage{"a": json.RawMessage(`1`)})
+	assert.Error(t, err)
+	_, err = s.GetUser(ctx, "baduser")
+	assert.Error(t, err)
+	_, err = s.ListMessages(ctx, sess.ID)
+	assert.ErrorContains(t, err, "corrupt message index key")
+	_, err = s.LastMessageID(ctx, sess.ID)
+	assert.ErrorContains(t, err, "corrupt message index key")
+	err = s.SetSessionTitle(ctx, "bad", "t")
+	assert.Error(t, err)
+	assert.Equal(t, []byte("\x00\x01garbage"), rawGet(t, s, bucketSessions, []byte("bad")), "nothing overwritten")
+}
