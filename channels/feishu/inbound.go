@@ -1,0 +1,331 @@
+package feishu
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"strings"
+
+	larkcore "github.com/larksuite/oapi-sdk-go/v3/core"
+	"github.com/larksuite/oapi-sdk-go/v3/core/httpserverext"
+	larkevent "github.com/larksuite/oapi-sdk-go/v3/event"
+	"github.com/larksuite/oapi-sdk-go/v3/event/dispatcher"
+	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
+	larkws "github.com/larksuite/oapi-sdk-go/v3/ws"
+
+	"github.com/citegate/citegate/channels"
+)
+
+// EventMessageReceive is the one event the channel acts on.
+const EventMessageReceive = "im.message.receive_v1"
+
+// ignoredEvents are IM events an app commonly subscribes to next to message receipt. They are
+// acknowledged without action: an event type with no handler is answered with an error, which makes
+// Feishu push it again and again.
+var ignoredEvents = []string{
+	"im.message.message_read_v1",
+	"im.message.recalled_v1",
+	"im.message.reaction.created_v1",
+	"im.message.reaction.deleted_v1",
+	"im.chat.access_event.bot_p2p_chat_entered_v1",
+	"im.chat.member.bot.added_v1",
+	"im.chat.member.bot.deleted_v1",
+	"im.chat.member.user.added_v1",
+	"im.chat.member.user.deleted_v1",
+	"im.chat.member.user.withdrawn_v1",
+	"im.chat.disbanded_v1",
+	"im.chat.updated_v1",
+}
+
+// maxWebhookBody bounds a webhook request; Feishu events are a few KB.
+const maxWebhookBody = 1 << 20
+
+// errNotRunning refuses an event while the channel is stopped, so Feishu re-delivers it later.
+var errNotRunning = errors.New("feishu: channel not running")
+
+// errTokenMismatch rejects a webhook event whose verification token is wrong.
+var errTokenMismatch = errors.New("feishu: verification token mismatch")
+
+// Ref is what a Feishu message carries for replying (channels.Message.Ref).
+type Ref struct {
+	MessageID string // the user's message: replies thread onto it
+	ChatID    string
+}
+
+func (c *Channel) newEventDispatcher(token, encryptKey string) *dispatcher.EventDispatcher {
+	d := dispatcher.NewEventDispatcher(token, encryptKey)
+	d.OnP2MessageReceiveV1(c.onMessageReceive)
+	for _, et := range ignoredEvents {
+		d.OnCustomizedEvent(et, func(context.Context, *larkevent.EventReq) error { return nil })
+	}
+	return d
+}
+
+// runLongConn runs the SDK's long-connection client. Its Start never returns once connected (it
+// ends in select{} and ignores ctx), so it lives in a goroutine for the rest of the process; this
+// function returns when ctx ends, or with the error that made the SDK give up (bad credentials at
+// the endpoint, a forbidden app, the connection limit).
+func (c *Channel) runLongConn(ctx context.Context) error {
+	d := c.newEventDispatcher("", "")
+	cli := larkws.NewClient(c.cfg.AppID, c.cfg.AppSecret,
+		larkws.WithEventHandler(d),
+		larkws.WithDomain(c.cfg.BaseURL),
+		larkws.WithLogger(newLarkLogger(c.log)),
+		larkws.WithLogLevel(larkcore.LogLevelInfo),
+	)
+	errc := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				c.log.Error("feishu long connection panicked", "panic", r, "stack", string(debug.Stack()))
+				errc <- fmt.Errorf("feishu: long connection panicked: %v", r)
+			}
+		}()
+		err := cli.Start(ctx)
+		if err == nil {
+			err = errors.New("long connection ended")
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		c.resetStarted()
+		var ce *larkws.ClientError
+		if errors.As(err, &ce) {
+			c.log.Error("feishu long connection refused", "code", ce.Code, "msg", ce.Msg)
+			return fmt.Errorf("feishu: long connection refused (code %d: %s): %w", ce.Code, ce.Msg, err)
+		}
+		return fmt.Errorf("feishu: long connection: %w", err)
+	case <-ctx.Done():
+		// The SDK goroutine stays: it has no way to stop. Events that still arrive are refused
+		// (see active), so Feishu re-delivers them to a live connection.
+		c.log.Info("feishu channel stopped")
+		return nil
+	}
+}
+
+// onMessageReceive handles im.message.receive_v1 from either transport. It only converts and hands
+// over; the dispatcher does the rest asynchronously, so the ack goes back within Feishu's 3 s.
+func (c *Channel) onMessageReceive(_ context.Context, ev *larkim.P2MessageReceiveV1) (err error) {
+	if c.cfg.Mode == ModeWebhook {
+		// With no encrypt key the SDK checks the token only on the URL challenge; check every event.
+		var got string
+		if ev.EventV2Base != nil && ev.EventV2Base.Header != nil {
+			got = ev.EventV2Base.Header.Token
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(c.cfg.VerificationToken)) != 1 {
+			c.log.Warn("feishu event rejected: verification token mismatch")
+			return errTokenMismatch
+		}
+	}
+	h, runCtx := c.active()
+	if h == nil {
+		return errNotRunning
+	}
+	m, ok := c.toMessage(ev)
+	if !ok {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("feishu message handler panicked", "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("feishu: handler panicked: %v", r)
+		}
+	}()
+	h.HandleMessage(runCtx, m)
+	return nil
+}
+
+// mentionKey matches the placeholders Feishu puts in text for mentions ("@_user_1", "@_all").
+var mentionKey = regexp.MustCompile(`@_user_\d+|@_all`)
+
+// toMessage converts a receive event; ok is false for events that carry nothing to answer (images,
+// stickers, malformed content).
+func (c *Channel) toMessage(ev *larkim.P2MessageReceiveV1) (channels.Message, bool) {
+	if ev == nil || ev.Event == nil || ev.Event.Message == nil {
+		return channels.Message{}, false
+	}
+	msg := ev.Event.Message
+	id, chatID := deref(msg.MessageId), deref(msg.ChatId)
+	if id == "" || chatID == "" {
+		c.log.Warn("feishu event without message_id or chat_id ignored")
+		return channels.Message{}, false
+	}
+	var text string
+	switch t := deref(msg.MessageType); t {
+	case "text":
+		var body struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal([]byte(deref(msg.Content)), &body); err != nil {
+			c.log.Warn("feishu text message with bad content ignored", "message_id", id, "err", err)
+			return channels.Message{}, false
+		}
+		text = body.Text
+	case "post":
+		text = postText(deref(msg.Content))
+	default:
+		c.log.Info("feishu message type not supported, ignored", "message_id", id, "type", t)
+		return channels.Message{}, false
+	}
+
+	botID := c.BotOpenID()
+	mentioned := false
+	names := map[string]string{}
+	for _, mn := range msg.Mentions {
+		if mn == nil {
+			continue
+		}
+		key := deref(mn.Key)
+		if mn.Id != nil && botID != "" && deref(mn.Id.OpenId) == botID {
+			mentioned = true
+			names[key] = ""
+			continue
+		}
+		if name := deref(mn.Name); name != "" {
+			names[key] = "@" + name
+		}
+	}
+	// Mention keys are placeholders, not words: the bot's own goes, others become "@Name".
+	text = mentionKey.ReplaceAllStringFunc(text, func(k string) string { return names[k] })
+	text = strings.Join(strings.Fields(text), " ")
+
+	var senderID string
+	if ev.Event.Sender != nil && ev.Event.Sender.SenderId != nil {
+		senderID = deref(ev.Event.Sender.SenderId.OpenId)
+	}
+	return channels.Message{
+		Channel:        Name,
+		ID:             id,
+		ConversationID: chatID,
+		SenderID:       senderID,
+		Group:          deref(msg.ChatType) != "p2p",
+		Mentioned:      mentioned,
+		Text:           text,
+		Ref:            Ref{MessageID: id, ChatID: chatID},
+	}, true
+}
+
+// postText flattens a rich-text (post) message into plain text: one line per paragraph, the text of
+// text/link/at/code elements in order. Receive events carry {"title","content"}; a language-keyed
+// form ({"zh_cn":{…}}) is accepted too.
+func postText(content string) string {
+	type elem struct {
+		Tag      string `json:"tag"`
+		Text     string `json:"text"`
+		Href     string `json:"href"`
+		UserID   string `json:"user_id"`
+		UserName string `json:"user_name"`
+	}
+	type post struct {
+		Title   string   `json:"title"`
+		Content [][]elem `json:"content"`
+	}
+	var p post
+	if err := json.Unmarshal([]byte(content), &p); err != nil || (p.Title == "" && len(p.Content) == 0) {
+		var byLang map[string]post
+		if json.Unmarshal([]byte(content), &byLang) != nil {
+			return ""
+		}
+		for _, lp := range byLang {
+			if lp.Title != "" || len(lp.Content) > 0 {
+				p = lp
+				break
+			}
+		}
+	}
+	var lines []string
+	if p.Title != "" {
+		lines = append(lines, p.Title)
+	}
+	for _, para := range p.Content {
+		var b strings.Builder
+		for _, e := range para {
+			switch e.Tag {
+			case "at":
+				b.WriteString(e.UserID) // "@_user_N": resolved with the mentions list
+			case "a":
+				if e.Text != "" {
+					b.WriteString(e.Text)
+				} else {
+					b.WriteString(e.Href)
+				}
+			default:
+				b.WriteString(e.Text)
+			}
+		}
+		if s := strings.TrimSpace(b.String()); s != "" {
+			lines = append(lines, s)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// newWebhookHandler wraps the SDK's webhook handler: 503 before Start, a body limit, and — when no
+// encrypt key is set, where the SDK checks the token only on the URL challenge — a token check
+// before anything is parsed further.
+func (c *Channel) newWebhookHandler() http.Handler {
+	sdk := httpserverext.NewEventHandlerFunc(
+		c.newEventDispatcher(c.cfg.VerificationToken, c.cfg.EncryptKey),
+		larkevent.WithLogger(newLarkLogger(c.log)),
+		larkevent.WithLogLevel(larkcore.LogLevelInfo),
+	)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeJSON(w, http.StatusMethodNotAllowed, "method not allowed")
+			return
+		}
+		if h, _ := c.active(); h == nil {
+			writeJSON(w, http.StatusServiceUnavailable, "channel not running")
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, "read body")
+			return
+		}
+		if len(body) > maxWebhookBody {
+			writeJSON(w, http.StatusRequestEntityTooLarge, "body too large")
+			return
+		}
+		if c.cfg.EncryptKey == "" {
+			var fuzzy larkevent.EventFuzzy
+			if err := json.Unmarshal(body, &fuzzy); err != nil {
+				writeJSON(w, http.StatusBadRequest, "invalid json")
+				return
+			}
+			token := fuzzy.Token
+			if fuzzy.Header != nil {
+				token = fuzzy.Header.Token
+			}
+			if subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.VerificationToken)) != 1 {
+				c.log.Warn("feishu webhook rejected: verification token mismatch", "remote", r.RemoteAddr)
+				writeJSON(w, http.StatusUnauthorized, "verification token mismatch")
+				return
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sdk(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]string{"msg": msg})
+	_, _ = w.Write(b)
+}
