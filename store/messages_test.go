@@ -362,6 +362,7 @@ func BenchmarkAppendMessage(b *testing.B) {
 	var next sync.Mutex
 	n := 0
 	b.ReportAllocs()
+	b.SetParallelism(8) // many sessions writing at once, as in the gateway
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		next.Lock()

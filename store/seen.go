@@ -11,9 +11,9 @@ import (
 )
 
 // MarkSeen records a chat platform's message key for ttl. It returns true when the key is new or its
-// previous record has expired (the caller should process the message) and false for a live
-// duplicate. Either way the expiry becomes now+ttl only for a new/expired key; a duplicate does not
-// extend it. ttl must be positive and key non-empty (ErrInvalid).
+// previous record has expired (the caller should process the message), recording the expiry
+// now+ttl; it returns false for a live duplicate and leaves that key's expiry as it was, so endless
+// redeliveries cannot keep a key alive forever. ttl must be positive and key non-empty (ErrInvalid).
 func (s *Store) MarkSeen(ctx context.Context, key string, ttl time.Duration) (bool, error) {
 	if key == "" {
 		return false, fmt.Errorf("store: mark seen: %w: empty key", ErrInvalid)

@@ -28,6 +28,12 @@ const schemaVersion = 1
 // defaultTimeout bounds the wait for the file lock so a second process fails fast instead of hanging.
 const defaultTimeout = time.Second
 
+// batchDelay replaces bbolt's 10ms default MaxBatchDelay. A chat turn appends its messages one by
+// one, so a lone writer pays the whole delay on every append; 2ms still groups concurrent sessions'
+// writes into one fsync. In BenchmarkAppendMessage (16 writers, 2 cores, ext4) 10ms was about four
+// times slower per append than 2ms, and plain Update about twice as slow.
+const batchDelay = 2 * time.Millisecond
+
 // maxIDLen bounds caller-supplied ids; they are used inside index keys.
 const maxIDLen = 256
 
@@ -97,12 +103,13 @@ func Open(path string, opt Options) (*Store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opt.Timeout})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("store: open %s: %w: the file is in use by another process "+
-				"(is `citegate serve` running? stop it, or run the command while it serves so it goes through the server)",
-				path, ErrLocked)
+			return nil, fmt.Errorf("store: open %s: %w after waiting %s "+
+				"(is `citegate serve` running? stop it, or run admin commands while it serves so they go through it)",
+				path, ErrLocked, opt.Timeout)
 		}
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	db.MaxBatchDelay = batchDelay
 	s := &Store{db: db, path: path, log: opt.Logger, now: opt.Now}
 	if err := s.init(); err != nil {
 		_ = db.Close()

@@ -1,9 +1,13 @@
 package store
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -295,4 +299,58 @@ func TestCorruptRecordsGiveErrorsNotPanics(t *testing.T) {
 	err = s.SetSessionTitle(ctx, "bad", "t")
 	assert.Error(t, err)
 	assert.Equal(t, []byte("\x00\x01garbage"), rawGet(t, s, bucketSessions, []byte("bad")), "nothing overwritten")
+}
+
+// holderEnv makes the test binary act as another process holding the database (see
+// TestHelperHoldDatabase).
+const holderEnv = "CITEGATE_STORE_TEST_HOLD"
+
+// TestHelperHoldDatabase is not a test on its own: run as a child process it opens the database
+// named in holderEnv, says "ready" and holds the file until its stdin closes.
+func TestHelperHoldDatabase(t *testing.T) {
+	path := os.Getenv(holderEnv)
+	if path == "" {
+		t.Skip("helper process only")
+	}
+	s, err := Open(path, Options{Logger: quietLogger()})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = s.Close()
+	os.Exit(0)
+}
+
+func TestOpenLockedByAnotherProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "citegate.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldDatabase$")
+	cmd.Env = append(os.Environ(), holderEnv+"="+path)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+
+	start := time.Now()
+	_, err = Open(path, Options{Timeout: 200 * time.Millisecond, Logger: quietLogger()})
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, ErrLocked)
+	assert.Less(t, elapsed, time.Second, "did not hang")
+	t.Logf("open against another process failed after %s: %v", elapsed, err)
+
+	// When the other process exits, the file opens.
+	require.NoError(t, stdin.Close())
+	require.NoError(t, cmd.Wait())
+	s, err := Open(path, Options{Timeout: 200 * time.Millisecond, Logger: quietLogger()})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
 }
