@@ -145,7 +145,9 @@ func TestRenderShare(t *testing.T) {
 	assert.Contains(t, out, ">助手<")
 	assert.Contains(t, out, "2026-11-30 03:04 UTC")
 
-	empty := renderTo(t, func(b *bytes.Buffer) error { return RenderShare(b, ShareData{Lang: "en", ExportURL: "/s/x/export.jsonl"}) })
+	empty := renderTo(t, func(b *bytes.Buffer) error {
+		return RenderShare(b, ShareData{Lang: "en", ExportURL: "/s/x/export.jsonl"})
+	})
 	assert.Contains(t, empty, "This conversation has no messages yet.")
 }
 

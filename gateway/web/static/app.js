@@ -462,8 +462,16 @@
   els.shareClose.addEventListener('click', hideShare);
 
   // ---------- start ----------
-  const m = /^#s=(.+)$/.exec(location.hash);
-  state.current = m ? decodeURIComponent(m[1]) : null;
+  function sessionFromHash() {
+    const m = /^#s=(.+)$/.exec(location.hash);
+    return m ? decodeURIComponent(m[1]) : null;
+  }
+  // Back/forward and pasted links move between sessions without a reload.
+  window.addEventListener('hashchange', () => {
+    const id = sessionFromHash();
+    if (id !== state.current && (id || !location.hash)) openSession(id);
+  });
+  state.current = sessionFromHash();
   els.shareBtn.disabled = !state.current;
   if (state.current) els.messages.replaceChildren(el('p', 'empty', T.connecting));
   connect();
