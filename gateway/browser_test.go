@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -123,7 +124,7 @@ func TestBrowserChatShareFlow(t *testing.T) {
 		`!!document.querySelector('#messages .msg.assistant details.sources li.source') && document.getElementById('cancel').hidden`,
 		"the answer arrives with its sources")
 	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('#messages .msg.user').innerText`), question)
-	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('#messages .msg.assistant .activity').innerText`), "正在搜索")
+	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('#messages .msg.assistant .activity').innerText`), "已搜索")
 	assert.Zero(t, evalJS[int](t, tb, `document.querySelectorAll('#messages .streaming').length`), "streamed text was replaced by the rendered answer")
 	assert.Equal(t, question, evalJS[string](t, tb, `document.getElementById('chat-title').textContent`))
 
@@ -170,6 +171,19 @@ func TestBrowserChatShareFlow(t *testing.T) {
 	assert.Equal(t, chat.Sources[0].Title, evalJS[string](t, tb, `document.getElementById('excerpt-title').textContent`))
 	screenshot(t, tb, "chat-excerpt")
 	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#excerpt-close")))
+
+	// Dark mode follows the system preference.
+	light := evalJS[string](t, tb, `getComputedStyle(document.body).backgroundColor`)
+	tb.do(t, 5*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
+		})
+		return err
+	}))
+	dark := evalJS[string](t, tb, `getComputedStyle(document.body).backgroundColor`)
+	assert.NotEqual(t, light, dark)
+	assert.Equal(t, "rgb(20, 23, 29)", dark)
+	screenshot(t, tb, "chat-dark")
 
 	// Share and read the share with JavaScript disabled.
 	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#share-btn")))

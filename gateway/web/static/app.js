@@ -7,6 +7,7 @@
     zh: {
       newChat: '新对话', connecting: '连接中…', online: '已连接', offline: '连接断开，正在重连…',
       searching: '正在搜索…', reading: '正在阅读网页…', tool: '正在调用工具…', thinking: '正在思考…',
+      searched: '已搜索', read: '已阅读网页', toolDone: '工具已完成', toolFailed: '工具调用失败',
       failed: '回答失败', cancelled: '已停止', interrupted: '回答被中断', retry: '请重试。',
       shareFailed: '创建分享失败', copied: '已复制分享链接', revoked: '分享已撤销',
       excerptLoading: '正在加载摘录…', excerptFailed: '无法加载摘录', retrieved: '检索于',
@@ -16,6 +17,7 @@
     en: {
       newChat: 'New chat', connecting: 'Connecting…', online: 'Connected', offline: 'Disconnected, reconnecting…',
       searching: 'Searching…', reading: 'Reading page…', tool: 'Calling a tool…', thinking: 'Thinking…',
+      searched: 'Searched', read: 'Read page', toolDone: 'Tool finished', toolFailed: 'Tool failed',
       failed: 'The answer failed', cancelled: 'Stopped', interrupted: 'The answer was interrupted', retry: 'Please try again.',
       shareFailed: 'Could not create the share', copied: 'Share link copied', revoked: 'Share revoked',
       excerptLoading: 'Loading excerpt…', excerptFailed: 'Could not load the excerpt', retrieved: 'Retrieved',
@@ -210,7 +212,11 @@
       run.activity.append(line);
       run.tools.set(f.callId, line);
     }
-    if (finished) line.classList.add(f.ok ? 'ok' : 'fail');
+    if (finished) {
+      line.classList.add(f.ok ? 'ok' : 'fail');
+      const done = !f.ok ? T.toolFailed : f.tool === 'web_search' ? T.searched : f.tool === 'open_web_page' ? T.read : T.toolDone;
+      line.firstChild.data = done;
+    }
     scrollDown();
   }
   function onDelta(f) {
