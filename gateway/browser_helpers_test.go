@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -65,8 +66,13 @@ type browserStack struct {
 	Token string
 }
 
-func newBrowserStack(t *testing.T) *browserStack {
+// newBrowserStack builds the stack; model nil means the offline extractive model (the default a
+// new user gets).
+func newBrowserStack(t *testing.T, model agent.Model) *browserStack {
 	t.Helper()
+	if model == nil {
+		model = agent.NewExtractive()
+	}
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "citegate.db"), store.Options{})
 	require.NoError(t, err)
@@ -75,7 +81,7 @@ func newBrowserStack(t *testing.T) *browserStack {
 	pub := "http://" + ln.Addr().String()
 	corpus, err := tools.LoadCorpus("", pub)
 	require.NoError(t, err)
-	ag, err := agent.New(agent.Config{Store: st, Model: agent.NewExtractive(), Tools: []agent.Tool{tools.NewWebSearch(corpus)}})
+	ag, err := agent.New(agent.Config{Store: st, Model: model, Tools: []agent.Tool{tools.NewWebSearch(corpus)}})
 	require.NoError(t, err)
 	srv, err := gateway.New(gateway.Config{
 		Addr: ln.Addr().String(), PublicURL: pub, DataDir: dir, Store: st, Agent: ag, KB: corpus.Handler(),
@@ -251,4 +257,38 @@ func waitJS(t *testing.T, tb *tab, timeout time.Duration, expr, msg string) {
 		}
 		t.Fatalf("%s: %v", msg, err)
 	}
+}
+
+// slowModel streams its answer slowly so a run can be cancelled mid-way, and fails on request.
+type slowModel struct{}
+
+func (slowModel) Name() string { return "slow test model" }
+
+func (slowModel) Generate(ctx context.Context, req agent.ModelRequest, onDelta func(string)) (agent.ModelResponse, error) {
+	last := ""
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			last = m.Content
+		}
+	}
+	if strings.Contains(last, "fail") {
+		return agent.ModelResponse{}, errors.New("upstream model unavailable")
+	}
+	var text strings.Builder
+	tick := time.NewTicker(40 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < 500; i++ {
+		select {
+		case <-ctx.Done():
+			return agent.ModelResponse{Text: text.String()}, ctx.Err()
+		case <-tick.C:
+		}
+		chunk := fmt.Sprintf("part %d <b>[^", i)
+		if i%2 == 1 {
+			chunk = fmt.Sprintf("%d^]</b> ", i)
+		}
+		text.WriteString(chunk)
+		onDelta(chunk)
+	}
+	return agent.ModelResponse{Text: text.String()}, nil
 }

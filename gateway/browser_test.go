@@ -99,7 +99,7 @@ func assertAnswer(t *testing.T, a renderedAnswer, kbPrefix string) {
 // offline default stack, check superscripts and 来源, flash an entry, open an excerpt, share, and
 // read the share with JavaScript disabled.
 func TestBrowserChatShareFlow(t *testing.T) {
-	stack := newBrowserStack(t)
+	stack := newBrowserStack(t, nil)
 	browser := newBrowser(t)
 	tb := newTab(t, browser, false)
 	start := time.Now()
@@ -120,7 +120,7 @@ func TestBrowserChatShareFlow(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#input"), question),
 		chromedp.Click(chromedp.CSS("#send")),
 	)
-	waitJS(t, tb, 30*time.Second,
+	waitJS(t, tb, 60*time.Second,
 		`!!document.querySelector('#messages .msg.assistant details.sources li.source') && document.getElementById('cancel').hidden`,
 		"the answer arrives with its sources")
 	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('#messages .msg.user').innerText`), question)
@@ -232,7 +232,7 @@ func TestBrowserChatShareFlow(t *testing.T) {
 // TestBrowserXSSInert stores hostile content the way a compromised model or tool could produce it
 // and checks that neither the desktop view nor the share page runs any of it.
 func TestBrowserXSSInert(t *testing.T) {
-	stack := newBrowserStack(t)
+	stack := newBrowserStack(t, nil)
 	ctx := context.Background()
 	sess, err := stack.Store.CreateSession(ctx, store.Session{UserID: stack.User.ID, Channel: "desktop", Title: `<img src=x onerror=window.__xss=3>`})
 	require.NoError(t, err)
@@ -284,4 +284,41 @@ func TestBrowserXSSInert(t *testing.T) {
 	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('li.source a').textContent`), "<img")
 	screenshot(t, tb, "xss-share")
 	assert.Empty(t, tb.Dialogs(), "no alert ran")
+}
+
+// TestBrowserCancelAndFailure: while a run streams, the text arrives as text (markers held back by
+// the server, markup not interpreted), the stop button cancels it and the bubble says so; a failed
+// run says that it failed and why.
+func TestBrowserCancelAndFailure(t *testing.T) {
+	stack := newBrowserStack(t, slowModel{})
+	browser := newBrowser(t)
+	tb := newTab(t, browser, false)
+	tb.do(t, 15*time.Second,
+		chromedp.Navigate(stack.URL+"/?token="+stack.Token),
+		chromedp.WaitVisible(chromedp.CSS("#input")),
+	)
+	waitJS(t, tb, 10*time.Second, `document.getElementById('conn').textContent === '已连接'`, "websocket connects")
+
+	tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "stream please"), chromedp.Click(chromedp.CSS("#send")))
+	waitJS(t, tb, 10*time.Second, `(document.querySelector('#messages .streaming') || {textContent: ''}).textContent.includes('part 4')`, "deltas stream in")
+	assert.False(t, evalJS[bool](t, tb, `document.getElementById('cancel').hidden`), "stop button shows while running")
+	assert.True(t, evalJS[bool](t, tb, `document.getElementById('send').disabled`))
+	streamed := evalJS[string](t, tb, `document.querySelector('#messages .streaming').textContent`)
+	assert.Contains(t, streamed, "<b>", "model markup is shown as text")
+	assert.NotContains(t, streamed, "[^", "no marker, not even half of one, is shown while streaming")
+	assert.Zero(t, evalJS[int](t, tb, `document.querySelectorAll('#messages b').length`))
+	screenshot(t, tb, "run-streaming")
+
+	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#cancel")))
+	waitJS(t, tb, 10*time.Second, `!!document.querySelector('#messages .msg.assistant .status.cancelled')`, "cancelled run is marked")
+	assert.Equal(t, "已停止", evalJS[string](t, tb, `document.querySelector('#messages .status.cancelled').textContent`))
+	assert.True(t, evalJS[bool](t, tb, `document.getElementById('cancel').hidden`))
+	assert.False(t, evalJS[bool](t, tb, `document.getElementById('send').disabled`))
+
+	tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "please fail"), chromedp.Click(chromedp.CSS("#send")))
+	waitJS(t, tb, 10*time.Second, `!!document.querySelector('#messages .msg.assistant:last-child .status.failed')`, "failed run is marked")
+	failed := evalJS[string](t, tb, `document.querySelector('#messages .msg.assistant:last-child .status.failed').textContent`)
+	assert.Contains(t, failed, "回答失败")
+	assert.Contains(t, failed, "upstream model unavailable")
+	screenshot(t, tb, "run-cancelled-failed")
 }

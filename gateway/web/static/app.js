@@ -253,6 +253,8 @@
       if (thinking) thinking.remove();
       if (!run.activity.childElementCount) run.activity.remove();
       if (run.body && !run.text.data) run.body.remove();
+      const bubble = run.el.querySelector('.bubble');
+      if (bubble && !bubble.childElementCount && !bubble.textContent.trim()) bubble.remove(); // nothing was said
     } else if (f.sessionId === state.current) {
       send({ type: 'session.open', sessionId: f.sessionId }); // we missed the run: show what was stored
     }
