@@ -277,6 +277,11 @@ func (a *Agent) worker(sessionID string, q *sessionQueue) {
 
 		h.outcome = a.execute(h)
 		h.cancel()
+		// The run is no longer the session's running one before anyone learns it is done, so a
+		// Cancel after Done reports false.
+		a.mu.Lock()
+		q.running = nil
+		a.mu.Unlock()
 		close(h.done)
 	}
 }
