@@ -3,12 +3,15 @@ package wechat
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/citegate/citegate/citations"
 )
 
-// failPrefix introduces a failure reason in the chat.
-const failPrefix = "抱歉，这次没能完成回答"
+// failNotice is sent when Fail has no reason to show.
+const failNotice = "抱歉，这次没能完成回答。"
 
 // reply is one answer to one user. WeChat cannot edit or stream a message, so Update does nothing
 // (the dispatcher does not call it, Limits says 0) and Finish sends the whole answer.
@@ -99,12 +102,13 @@ func (r *reply) Finish(ctx context.Context, text string) error {
 	return r.c.sendLong(ctx, r.openID, text)
 }
 
-// Fail tells the user the answer failed and why.
+// Fail tells the user the answer failed. The dispatcher already phrases reason for the user
+// ("抱歉，这次回答失败了：…"), so it is sent as it is; an empty reason gets a generic sentence.
 func (r *reply) Fail(ctx context.Context, reason string) error {
 	r.halt()
-	text := failPrefix + "。"
-	if reason = stripAll(reason); reason != "" {
-		text = failPrefix + "：" + reason
+	text := citations.Strip(reason)
+	if strings.TrimSpace(text) == "" {
+		text = failNotice
 	}
 	return r.c.sendLong(ctx, r.openID, text)
 }

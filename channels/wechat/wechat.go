@@ -68,6 +68,8 @@ type Channel struct {
 	// typingEvery re-sends the typing indicator, which WeChat shows for about 15 seconds, while a run
 	// lasts; typingFor bounds how long a reply keeps it alive if it is never finished.
 	typingEvery, typingFor time.Duration
+	// handoffWait bounds how long the webhook waits for the dispatcher before acknowledging.
+	handoffWait time.Duration
 }
 
 // startState is what Start hands to the webhook: the dispatcher and the channel's lifetime.
@@ -129,6 +131,7 @@ func New(cfg Config) (*Channel, error) {
 		log:         log,
 		typingEvery: 10 * time.Second,
 		typingFor:   10 * time.Minute,
+		handoffWait: 3 * time.Second,
 	}, nil
 }
 
@@ -170,11 +173,13 @@ func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
 		}
 		return fmt.Errorf("wechat: start: %w", err)
 	}
-	c.started.Store(&startState{ctx: ctx, h: h})
+	st := &startState{ctx: ctx, h: h}
+	c.started.Store(st)
 	if done := ctx.Done(); done != nil {
 		go func() {
 			<-done
-			c.started.Store(nil)
+			// Only this Start's state: a later Start (after a restart of the dispatcher) stays.
+			c.started.CompareAndSwap(st, nil)
 		}()
 	}
 	c.log.Info("wechat: webhook ready", "route", Route, "safe_mode", c.cfg.EncodingAESKey != "")
@@ -187,9 +192,10 @@ func (c *Channel) Routes() map[string]http.Handler {
 }
 
 // serveHTTP answers WeChat's URL check (GET with echostr) and message pushes (POST). A bad signature
-// gets 403 and nothing else happens. A message is acknowledged with "success" (also in safe mode:
-// WeChat documents "success" as the reply that needs no encryption) and handed to the dispatcher
-// before the handler returns, so its dedup key is durable before WeChat sees the ack.
+// gets 403 and nothing else happens. A message is handed to the dispatcher, then acknowledged with
+// "success". In safe mode too: only a passive reply with content must be encrypted, while a plain
+// "success" (or an empty body) just stops WeChat's retries (developer-community answer on message
+// pushes; the SDK's encrypted empty payload is not documented anywhere).
 func (c *Channel) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	st := c.started.Load()
 	if st == nil {
@@ -258,11 +264,7 @@ func (c *Channel) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if inbound != nil {
-		start := time.Now()
-		st.h.HandleMessage(st.ctx, *inbound)
-		if d := time.Since(start); d > time.Second {
-			c.log.Warn("wechat: handler slow; WeChat retries after 5 s", "took", d)
-		}
+		c.handOff(r.Context(), st, *inbound)
 	}
 	if rec.body.Len() == 0 {
 		rec.header.Set("Content-Type", "text/plain; charset=utf-8")
@@ -270,6 +272,30 @@ func (c *Channel) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(rec.body.Bytes())
+}
+
+// handOff gives m to the dispatcher and waits for it to take the message (its dedup key is then
+// durable) before WeChat gets the ack, but never longer than handoffWait: past 5 s WeChat re-sends,
+// and the dispatcher answers some commands synchronously through the API.
+func (c *Channel) handOff(reqCtx context.Context, st *startState, m channels.Message) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				c.log.Error("wechat: message handler panicked", "panic", p, "message_id", m.ID)
+			}
+		}()
+		st.h.HandleMessage(st.ctx, m)
+	}()
+	t := time.NewTimer(c.handoffWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.log.Warn("wechat: handler still busy; acknowledging WeChat anyway", "message_id", m.ID, "waited", c.handoffWait)
+	case <-reqCtx.Done():
+	}
 }
 
 // serveSDK runs an SDK call that may panic (its Render panics on a write error).
@@ -366,13 +392,13 @@ func openIDOf(m channels.Message) string {
 // sendLong strips markers, splits and sends. It stops at the first failed part: later parts would
 // fail the same way (window closed) or arrive out of context.
 func (c *Channel) sendLong(ctx context.Context, openID, text string) error {
-	text = stripAll(text)
+	text = citations.Strip(text)
 	if strings.TrimSpace(text) == "" {
 		text = "（没有可显示的回答）"
 	}
 	parts := splitText(text, maxPartBytes, maxParts)
 	for i, p := range parts {
-		if err := c.api.sendText(ctx, openID, stripAll(p)); err != nil {
+		if err := c.api.sendText(ctx, openID, citations.Strip(p)); err != nil {
 			c.logSendError(err, i+1, len(parts))
 			return fmt.Errorf("wechat: send part %d/%d: %w", i+1, len(parts), err)
 		}
@@ -390,17 +416,5 @@ func (c *Channel) logSendError(err error, part, parts int) {
 		c.log.Error("wechat: customer-service message failed", "errcode", ae.Code, "errmsg", ae.Msg, "part", part, "parts", parts)
 	default:
 		c.log.Error("wechat: customer-service message failed", "err", err, "part", part, "parts", parts)
-	}
-}
-
-// stripAll removes markers until none is left. One Strip pass can leave a marker behind when markers
-// nest ("[^[^1^]1^]" strips to "[^1^]"); every pass shortens the text, so the loop ends.
-func stripAll(s string) string {
-	for {
-		t := citations.Strip(s)
-		if t == s {
-			return s
-		}
-		s = t
 	}
 }
