@@ -48,7 +48,7 @@ func NewStack(t testing.TB, opt StackOptions) *Stack {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	corpus, err := tools.LoadCorpus("", opt.PublicURL)
+	corpus, err := bundledCorpus(opt.PublicURL)
 	if err != nil {
 		t.Fatalf("testkit: load corpus: %v", err)
 	}
@@ -117,6 +117,27 @@ func (s *Stack) Wait(t testing.TB) {
 	if err := s.Dispatcher.Wait(ctx); err != nil {
 		t.Fatalf("testkit: wait for replies: %v", err)
 	}
+}
+
+var (
+	corpusMu    sync.Mutex
+	corpusCache = map[string]*tools.Corpus{}
+)
+
+// bundledCorpus loads the bundled corpus once per public URL and process: building its index is the
+// slowest part of a stack, and a loaded corpus is read-only.
+func bundledCorpus(publicURL string) (*tools.Corpus, error) {
+	corpusMu.Lock()
+	defer corpusMu.Unlock()
+	if c, ok := corpusCache[publicURL]; ok {
+		return c, nil
+	}
+	c, err := tools.LoadCorpus("", publicURL)
+	if err != nil {
+		return nil, err
+	}
+	corpusCache[publicURL] = c
+	return c, nil
 }
 
 // ScriptedModel is a Model for tests: the first round of a run calls web_search with the user's

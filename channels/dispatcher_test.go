@@ -1,0 +1,274 @@
+package channels_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/channels"
+	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/internal/testkit"
+)
+
+// recChannel is an in-process channels.Channel that records every call the dispatcher makes, so the
+// dispatcher's own rules can be checked apart from any platform.
+type recChannel struct {
+	rate float64
+
+	mu      sync.Mutex
+	replies []*recReply
+	sends   []string
+}
+
+type op struct {
+	kind string // start, update, finish, fail
+	text string
+	at   time.Time
+}
+
+type recReply struct {
+	ch  *recChannel
+	msg channels.Message
+	ops []op
+}
+
+func (c *recChannel) Name() string                                        { return "rec" }
+func (c *recChannel) Start(ctx context.Context, h channels.Handler) error { return nil }
+func (c *recChannel) Limits() channels.Limits                             { return channels.Limits{UpdatesPerSecond: c.rate} }
+func (c *recChannel) Reply(ctx context.Context, m channels.Message) (channels.Reply, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &recReply{ch: c, msg: m}
+	c.replies = append(c.replies, r)
+	return r, nil
+}
+func (c *recChannel) Send(ctx context.Context, m channels.Message, text string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sends = append(c.sends, text)
+	return nil
+}
+
+func (r *recReply) add(kind, text string) error {
+	r.ch.mu.Lock()
+	defer r.ch.mu.Unlock()
+	r.ops = append(r.ops, op{kind, text, time.Now()})
+	return nil
+}
+func (r *recReply) Start(ctx context.Context) error               { return r.add("start", "") }
+func (r *recReply) Update(ctx context.Context, text string) error { return r.add("update", text) }
+func (r *recReply) Finish(ctx context.Context, text string) error { return r.add("finish", text) }
+func (r *recReply) Fail(ctx context.Context, reason string) error { return r.add("fail", reason) }
+
+func (c *recChannel) snapshot() ([][]op, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out [][]op
+	for _, r := range c.replies {
+		out = append(out, append([]op(nil), r.ops...))
+	}
+	return out, append([]string(nil), c.sends...)
+}
+
+func msg(id, text string) channels.Message {
+	return channels.Message{Channel: "rec", ID: id, ConversationID: "conv-1", SenderID: "u1", Text: text}
+}
+
+// assertMarkerFree checks a text that reached a platform.
+func assertMarkerFree(t *testing.T, s string) {
+	t.Helper()
+	assert.Empty(t, citations.Markers(s), "marker in %q", s)
+	assert.NotContains(t, s, "[^", "partial marker in %q", s)
+}
+
+func runCount(t *testing.T, st *testkit.Stack, convKey string) int {
+	t.Helper()
+	sid, err := st.Store.ConversationSession(context.Background(), convKey)
+	if err != nil {
+		return 0
+	}
+	runs, err := st.Store.ListRuns(context.Background(), sid)
+	require.NoError(t, err)
+	return len(runs)
+}
+
+func TestDispatcherAnswersWithVerifiedSourcesFooter(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{SourcesFooter: true})
+	ch := &recChannel{rate: 20}
+	h := st.Dispatcher.Handler(ch)
+	h.HandleMessage(context.Background(), msg("m1", "电子发票抬头写错了怎么办？"))
+	st.Wait(t)
+
+	replies, _ := ch.snapshot()
+	require.Len(t, replies, 1)
+	ops := replies[0]
+	require.Equal(t, "start", ops[0].kind)
+	last := ops[len(ops)-1]
+	require.Equal(t, "finish", last.kind)
+	assert.Contains(t, last.text, "红冲")
+	assert.Contains(t, last.text, "来源：\n1. ")
+	assert.Contains(t, last.text, "http://127.0.0.1:8080/kb/")
+	prev := ""
+	for _, o := range ops {
+		assertMarkerFree(t, o.text)
+		if o.kind == "update" {
+			assert.True(t, strings.HasPrefix(o.text, prev), "update %q does not extend %q", o.text, prev)
+			prev = o.text
+		}
+	}
+}
+
+func TestDispatcherDedupAcrossRestart(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{})
+	ch := &recChannel{rate: 0}
+	st.Dispatcher.Handler(ch).HandleMessage(context.Background(), msg("dup-1", "年假怎么申请？"))
+	st.Dispatcher.Handler(ch).HandleMessage(context.Background(), msg("dup-1", "年假怎么申请？"))
+	st.Wait(t)
+	assert.Equal(t, 1, runCount(t, st, "rec:conv-1"))
+
+	st.Restart(t)
+	st.Dispatcher.Handler(ch).HandleMessage(context.Background(), msg("dup-1", "年假怎么申请？"))
+	st.Wait(t)
+	assert.Equal(t, 1, runCount(t, st, "rec:conv-1"), "a redelivery after restart starts no run")
+	replies, _ := ch.snapshot()
+	assert.Len(t, replies, 1)
+}
+
+func TestDispatcherGroupNeedsMention(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{})
+	ch := &recChannel{}
+	h := st.Dispatcher.Handler(ch)
+	m := msg("g1", "报销流程是什么？")
+	m.Group, m.ConversationID = true, "group-1"
+	h.HandleMessage(context.Background(), m)
+	st.Wait(t)
+	assert.Equal(t, 0, runCount(t, st, "rec:group-1"))
+
+	m.ID, m.Mentioned = "g2", true
+	h.HandleMessage(context.Background(), m)
+	st.Wait(t)
+	assert.Equal(t, 1, runCount(t, st, "rec:group-1"))
+}
+
+func TestDispatcherStreamingNeverShowsMarkers(t *testing.T) {
+	answer := "A[^1^]B[^12^]C[^99^]发票[^2^]红冲[^1^]。[[^1^]] end[^3^]"
+	for _, sizes := range [][]int{{1}, {2}, {3}, {5}, {7}, {1, 4, 2}} {
+		t.Run(fmt.Sprint(sizes), func(t *testing.T) {
+			model := testkit.NewScriptedModel(answer, sizes)
+			st := testkit.NewStack(t, testkit.StackOptions{Model: model})
+			ch := &recChannel{rate: 1000}
+			st.Dispatcher.Handler(ch).HandleMessage(context.Background(), msg("s1", "电子发票"))
+			st.Wait(t)
+			replies, _ := ch.snapshot()
+			require.Len(t, replies, 1)
+			ops := replies[0]
+			prev := ""
+			for _, o := range ops {
+				assertMarkerFree(t, o.text)
+				if o.kind == "update" {
+					require.True(t, strings.HasPrefix(o.text, prev))
+					prev = o.text
+				}
+			}
+			last := ops[len(ops)-1]
+			require.Equal(t, "finish", last.kind)
+			assert.Equal(t, citations.Strip(answer), last.text)
+		})
+	}
+}
+
+func TestDispatcherPacesUpdates(t *testing.T) {
+	model := testkit.NewScriptedModel(strings.Repeat("字", 200), []int{1})
+	model.Delay = time.Millisecond
+	st := testkit.NewStack(t, testkit.StackOptions{Model: model})
+	ch := &recChannel{rate: 5}
+	st.Dispatcher.Handler(ch).HandleMessage(context.Background(), msg("p1", "q"))
+	st.Wait(t)
+	replies, _ := ch.snapshot()
+	require.Len(t, replies, 1)
+	var updates []time.Time
+	for _, o := range replies[0] {
+		if o.kind == "update" {
+			updates = append(updates, o.at)
+		}
+	}
+	require.NotEmpty(t, updates)
+	for i := 1; i < len(updates); i++ {
+		assert.GreaterOrEqual(t, updates[i].Sub(updates[i-1]), 190*time.Millisecond, "updates closer than 1/rate")
+	}
+}
+
+func TestDispatcherCommands(t *testing.T) {
+	model := testkit.NewScriptedModel(strings.Repeat("慢慢回答。", 100), []int{2})
+	model.Delay = 5 * time.Millisecond
+	st := testkit.NewStack(t, testkit.StackOptions{Model: model, PublicURL: "https://gw.example"})
+	ch := &recChannel{rate: 2}
+	h := st.Dispatcher.Handler(ch)
+	ctx := context.Background()
+
+	h.HandleMessage(ctx, msg("c0", "/share"))
+	_, sends := ch.snapshot()
+	require.Len(t, sends, 1)
+	assert.Contains(t, sends[0], "还没有内容")
+
+	h.HandleMessage(ctx, msg("c1", "第一个问题"))
+	require.Eventually(t, func() bool { r, _ := ch.snapshot(); return len(r) == 1 && len(r[0]) > 0 }, 5*time.Second, 5*time.Millisecond)
+	h.HandleMessage(ctx, msg("c2", "/stop"))
+	st.Wait(t)
+	replies, sends := ch.snapshot()
+	assert.Contains(t, sends[len(sends)-1], "已停止")
+	last := replies[0][len(replies[0])-1]
+	assert.Equal(t, "finish", last.kind)
+	assert.Contains(t, last.text, "回答已停止")
+	sid1, err := st.Store.ConversationSession(ctx, "rec:conv-1")
+	require.NoError(t, err)
+
+	h.HandleMessage(ctx, msg("c3", "/share"))
+	_, sends = ch.snapshot()
+	link := sends[len(sends)-1]
+	require.Contains(t, link, "https://gw.example/s/")
+	token := link[strings.Index(link, "/s/")+3:]
+	share, err := st.Store.GetShare(ctx, token)
+	require.NoError(t, err)
+	assert.Equal(t, sid1, share.SessionID)
+
+	h.HandleMessage(ctx, msg("c4", "/new"))
+	sid2, err := st.Store.ConversationSession(ctx, "rec:conv-1")
+	require.NoError(t, err)
+	assert.NotEqual(t, sid1, sid2)
+
+	h.HandleMessage(ctx, msg("c5", "/stop"))
+	_, sends = ch.snapshot()
+	assert.Contains(t, sends[len(sends)-1], "没有正在进行")
+}
+
+type failingModel struct{}
+
+func (failingModel) Name() string { return "failing" }
+func (failingModel) Generate(ctx context.Context, req agent.ModelRequest, onDelta func(string)) (agent.ModelResponse, error) {
+	return agent.ModelResponse{}, errors.New("upstream exploded")
+}
+
+func TestDispatcherFailureReachesUser(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{Model: failingModel{}})
+	ch := &recChannel{rate: 5}
+	h := st.Dispatcher.Handler(ch)
+	h.HandleMessage(context.Background(), msg("f1", "q"))
+	h.HandleMessage(context.Background(), msg("f2", "q again"))
+	st.Wait(t)
+	replies, _ := ch.snapshot()
+	require.Len(t, replies, 2, "the channel keeps serving after a failure")
+	for _, ops := range replies {
+		last := ops[len(ops)-1]
+		assert.Equal(t, "fail", last.kind)
+		assert.Contains(t, last.text, "upstream exploded")
+	}
+}
