@@ -108,6 +108,9 @@ func TestBrowserChatShareFlow(t *testing.T) {
 	tb.do(t, 15*time.Second,
 		chromedp.Navigate(stack.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS("#token")),
+	)
+	screenshot(t, tb, "login")
+	tb.do(t, 15*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#token"), stack.Token),
 		chromedp.Click(chromedp.CSS("form.login button[type=submit]")),
 		chromedp.WaitVisible(chromedp.CSS("#input")),
@@ -225,6 +228,7 @@ func TestBrowserChatShareFlow(t *testing.T) {
 		assert.EqualValues(t, http.StatusNotFound, res.Status, u)
 		assert.Contains(t, evalJS[string](t, reader, `document.body.innerText`), "已被撤销")
 	}
+	screenshot(t, reader, "share-revoked")
 	assert.Empty(t, tb.Dialogs())
 	t.Logf("browser flow took %s", time.Since(start).Round(time.Millisecond))
 }

@@ -6,7 +6,9 @@ var texts = map[string]map[string]string{
 	"zh": {
 		"app.title":         "citegate",
 		"login.heading":     "登录 citegate",
-		"login.help":        "请输入访问令牌。令牌由管理员运行 citegate user add 名字 生成；本机首次启动时服务器会打印一个可直接打开的登录链接。",
+		"login.help.pre":    "请输入访问令牌。令牌由管理员运行",
+		"login.help.cmd":    "citegate user add 名字",
+		"login.help.post":   "生成；本机首次启动时服务器会打印一个可直接打开的登录链接。",
 		"login.token":       "访问令牌",
 		"login.submit":      "登录",
 		"share.badge":       "只读分享",
@@ -36,7 +38,9 @@ var texts = map[string]map[string]string{
 	"en": {
 		"app.title":         "citegate",
 		"login.heading":     "Sign in to citegate",
-		"login.help":        "Enter your access token. An administrator creates one with citegate user add NAME; on first local start the server prints a ready login link.",
+		"login.help.pre":    "Enter your access token. An administrator creates one with",
+		"login.help.cmd":    "citegate user add NAME",
+		"login.help.post":   "; on first local start the server prints a ready login link.",
 		"login.token":       "Access token",
 		"login.submit":      "Sign in",
 		"share.badge":       "Read-only share",
