@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is everything citegate reads at start. Precedence: flag > environment > YAML file > default.
+type Config struct {
+	Data      string `yaml:"data"`
+	Addr      string `yaml:"addr"`
+	PublicURL string `yaml:"public_url"`
+	LogLevel  string `yaml:"log_level"`
+	Lang      string `yaml:"lang"`
+
+	LLM struct {
+		BaseURL string `yaml:"base_url"`
+		Model   string `yaml:"model"`
+		APIKey  string `yaml:"api_key"`
+	} `yaml:"llm"`
+
+	Search        string `yaml:"search"`
+	SearXNGURL    string `yaml:"searxng_url"`
+	TavilyAPIKey  string `yaml:"tavily_api_key"`
+	KB            string `yaml:"kb"`
+	FetchAllow    string `yaml:"fetch_allow"`
+	ChatPerMinute int    `yaml:"chat_rate_per_minute"`
+	MaxRounds     int    `yaml:"max_rounds"`
+
+	Channels ChannelsConfig `yaml:"channels"`
+}
+
+// ChannelsConfig is the `channels:` section (DESIGN §5). Each key may also come from
+// CITEGATE_<CHANNEL>_<KEY>.
+type ChannelsConfig struct {
+	Feishu struct {
+		AppID             string `yaml:"app_id"`
+		AppSecret         string `yaml:"app_secret"`
+		Mode              string `yaml:"mode"`
+		VerificationToken string `yaml:"verification_token"`
+		EncryptKey        string `yaml:"encrypt_key"`
+		BaseURL           string `yaml:"base_url"`
+	} `yaml:"feishu"`
+	DingTalk struct {
+		ClientID       string `yaml:"client_id"`
+		ClientSecret   string `yaml:"client_secret"`
+		CardTemplateID string `yaml:"card_template_id"`
+		APIBaseURL     string `yaml:"api_base_url"`
+		StreamBaseURL  string `yaml:"stream_base_url"`
+	} `yaml:"dingtalk"`
+	WeChat struct {
+		AppID          string `yaml:"app_id"`
+		AppSecret      string `yaml:"app_secret"`
+		Token          string `yaml:"token"`
+		EncodingAESKey string `yaml:"encoding_aes_key"`
+		APIBaseURL     string `yaml:"api_base_url"`
+	} `yaml:"wechat"`
+	SourcesFooter bool `yaml:"sources_footer"`
+}
+
+// flagValues holds the raw flag values; empty means "not given".
+type flagValues struct {
+	config, data, addr, publicURL, llmBaseURL, llmModel, search, searxngURL, kb, fetchAllow, logLevel, lang string
+}
+
+// registerFlags adds the shared configuration flags of DESIGN §5 to fs. Secrets have no flags: they
+// come from the environment or the config file only.
+func registerFlags(fs *flag.FlagSet) *flagValues {
+	v := &flagValues{}
+	fs.StringVar(&v.config, "config", "", "YAML config file (may set everything below, and the channels)")
+	fs.StringVar(&v.data, "data", "", "data directory holding the bbolt file (env CITEGATE_DATA, default ./data)")
+	fs.StringVar(&v.addr, "addr", "", "listen address (env CITEGATE_ADDR, default 127.0.0.1:8080)")
+	fs.StringVar(&v.publicURL, "public-url", "", "external base URL for links and shares (env CITEGATE_PUBLIC_URL, default http://<addr>)")
+	fs.StringVar(&v.llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL (env CITEGATE_LLM_BASE_URL); empty = offline extractive model; API key from env CITEGATE_LLM_API_KEY")
+	fs.StringVar(&v.llmModel, "llm-model", "", "model name for the OpenAI-compatible API (env CITEGATE_LLM_MODEL)")
+	fs.StringVar(&v.search, "search", "", "search provider: local, searxng or tavily (env CITEGATE_SEARCH, default local); Tavily key from env CITEGATE_TAVILY_API_KEY")
+	fs.StringVar(&v.searxngURL, "searxng-url", "", "SearXNG base URL (env CITEGATE_SEARXNG_URL)")
+	fs.StringVar(&v.kb, "kb", "", "knowledge directory of Markdown/HTML/text for the local search (env CITEGATE_KB, default the bundled sample corpus)")
+	fs.StringVar(&v.fetchAllow, "fetch-allow", "", "comma list of CIDRs/hosts open_web_page may reach despite the private-address guard (env CITEGATE_FETCH_ALLOW)")
+	fs.StringVar(&v.logLevel, "log-level", "", "debug, info, warn or error (env CITEGATE_LOG_LEVEL, default info)")
+	fs.StringVar(&v.lang, "lang", "", "language of the system prompt and CLI output: zh or en (env CITEGATE_LANG, default zh)")
+	return v
+}
+
+// loadConfig merges defaults, the YAML file, the environment and the flags.
+func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
+	var c Config
+	path := first(v.config, getenv("CITEGATE_CONFIG"))
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		// An empty file is an empty config (io.EOF).
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return c, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	c.Data = first(v.data, getenv("CITEGATE_DATA"), c.Data, "./data")
+	c.Addr = first(v.addr, getenv("CITEGATE_ADDR"), c.Addr, "127.0.0.1:8080")
+	c.PublicURL = strings.TrimRight(first(v.publicURL, getenv("CITEGATE_PUBLIC_URL"), c.PublicURL, "http://"+c.Addr), "/")
+	c.LLM.BaseURL = first(v.llmBaseURL, getenv("CITEGATE_LLM_BASE_URL"), c.LLM.BaseURL)
+	c.LLM.Model = first(v.llmModel, getenv("CITEGATE_LLM_MODEL"), c.LLM.Model)
+	c.LLM.APIKey = first(getenv("CITEGATE_LLM_API_KEY"), c.LLM.APIKey)
+	c.Search = strings.ToLower(first(v.search, getenv("CITEGATE_SEARCH"), c.Search, "local"))
+	c.SearXNGURL = first(v.searxngURL, getenv("CITEGATE_SEARXNG_URL"), c.SearXNGURL)
+	c.TavilyAPIKey = first(getenv("CITEGATE_TAVILY_API_KEY"), c.TavilyAPIKey)
+	c.KB = first(v.kb, getenv("CITEGATE_KB"), c.KB)
+	c.FetchAllow = first(v.fetchAllow, getenv("CITEGATE_FETCH_ALLOW"), c.FetchAllow)
+	c.LogLevel = first(v.logLevel, getenv("CITEGATE_LOG_LEVEL"), c.LogLevel, "info")
+	c.Lang = strings.ToLower(first(v.lang, getenv("CITEGATE_LANG"), c.Lang, "zh"))
+
+	ch := &c.Channels
+	env := func(channel, key, cur string) string {
+		return first(getenv("CITEGATE_"+channel+"_"+key), cur)
+	}
+	ch.Feishu.AppID = env("FEISHU", "APP_ID", ch.Feishu.AppID)
+	ch.Feishu.AppSecret = env("FEISHU", "APP_SECRET", ch.Feishu.AppSecret)
+	ch.Feishu.Mode = env("FEISHU", "MODE", ch.Feishu.Mode)
+	ch.Feishu.VerificationToken = env("FEISHU", "VERIFICATION_TOKEN", ch.Feishu.VerificationToken)
+	ch.Feishu.EncryptKey = env("FEISHU", "ENCRYPT_KEY", ch.Feishu.EncryptKey)
+	ch.Feishu.BaseURL = env("FEISHU", "BASE_URL", ch.Feishu.BaseURL)
+	ch.DingTalk.ClientID = env("DINGTALK", "CLIENT_ID", ch.DingTalk.ClientID)
+	ch.DingTalk.ClientSecret = env("DINGTALK", "CLIENT_SECRET", ch.DingTalk.ClientSecret)
+	ch.DingTalk.CardTemplateID = env("DINGTALK", "CARD_TEMPLATE_ID", ch.DingTalk.CardTemplateID)
+	ch.DingTalk.APIBaseURL = env("DINGTALK", "API_BASE_URL", ch.DingTalk.APIBaseURL)
+	ch.DingTalk.StreamBaseURL = env("DINGTALK", "STREAM_BASE_URL", ch.DingTalk.StreamBaseURL)
+	ch.WeChat.AppID = env("WECHAT", "APP_ID", ch.WeChat.AppID)
+	ch.WeChat.AppSecret = env("WECHAT", "APP_SECRET", ch.WeChat.AppSecret)
+	ch.WeChat.Token = env("WECHAT", "TOKEN", ch.WeChat.Token)
+	ch.WeChat.EncodingAESKey = env("WECHAT", "ENCODING_AES_KEY", ch.WeChat.EncodingAESKey)
+	ch.WeChat.APIBaseURL = env("WECHAT", "API_BASE_URL", ch.WeChat.APIBaseURL)
+	if s := getenv("CITEGATE_SOURCES_FOOTER"); s != "" {
+		ch.SourcesFooter = s == "1" || strings.EqualFold(s, "true")
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("--addr %q: want host:port", c.Addr))
+	}
+	if !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
+		errs = append(errs, fmt.Errorf("--public-url %q: want an http(s) URL", c.PublicURL))
+	}
+	switch c.Search {
+	case "local":
+	case "searxng":
+		if c.SearXNGURL == "" {
+			errs = append(errs, errors.New("--search searxng needs --searxng-url"))
+		}
+	case "tavily":
+		if c.TavilyAPIKey == "" {
+			errs = append(errs, errors.New("--search tavily needs CITEGATE_TAVILY_API_KEY"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--search %q: want local, searxng or tavily", c.Search))
+	}
+	if c.LLM.BaseURL != "" && c.LLM.Model == "" {
+		errs = append(errs, errors.New("--llm-base-url needs --llm-model (env CITEGATE_LLM_MODEL)"))
+	}
+	switch c.Lang {
+	case "zh", "en":
+	default:
+		errs = append(errs, fmt.Errorf("--lang %q: want zh or en", c.Lang))
+	}
+	if m := c.Channels.Feishu.Mode; m != "" && m != "longconn" && m != "webhook" {
+		errs = append(errs, fmt.Errorf("channels.feishu.mode %q: want longconn or webhook", m))
+	}
+	return errors.Join(errs...)
+}
+
+// dbPath is the bbolt file inside the data directory.
+func (c Config) dbPath() string { return filepath.Join(c.Data, "citegate.db") }
+
+func first(vals ...string) string {
+	for _, v := range vals {
+		if strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// splitList splits a comma list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/citegate/citegate/channels"
+	"github.com/citegate/citegate/channels/dingtalk"
+	"github.com/citegate/citegate/channels/feishu"
+	"github.com/citegate/citegate/channels/wechat"
+	"github.com/citegate/citegate/gateway"
+	"github.com/citegate/citegate/store"
+)
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlagSet("serve", "citegate [serve] [flags]", stderr)
+	fv := registerFlags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "citegate serve: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	cfg, err := loadConfig(fv, getenv)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel, stderr)
+
+	st, err := openStore(cfg, log, time.Second)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cr, err := buildCore(cfg, st, log)
+	if err != nil {
+		return err
+	}
+	defer closeAgent(cr.Agent, log)
+
+	disp := channels.NewDispatcher(channels.DispatcherConfig{
+		Store: st, Agent: cr.Agent, PublicURL: cfg.PublicURL, SourcesFooter: cfg.Channels.SourcesFooter, Logger: log,
+	})
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = disp.Close(ctx)
+	}()
+	chans, err := buildChannels(cfg, log)
+	if err != nil {
+		return err
+	}
+	webhooks := map[string]http.Handler{}
+	for _, ch := range chans {
+		if wh, ok := ch.(channels.WebhookChannel); ok {
+			for path, h := range wh.Routes() {
+				webhooks[path] = h
+			}
+		}
+	}
+
+	srv, err := gateway.New(gateway.Config{
+		Addr:      cfg.Addr,
+		PublicURL: cfg.PublicURL,
+		DataDir:   cfg.Data,
+		Store:     st,
+		Agent:     cr.Agent,
+		KB:        cr.Corpus.Handler(),
+		Fetch: func(ctx context.Context, url string) (string, error) {
+			p, err := cr.Fetcher.Fetch(ctx, url)
+			return p.Content, err
+		},
+		Webhooks:          webhooks,
+		ChatRatePerMinute: cfg.ChatPerMinute,
+		Logger:            log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	// Channels run beside the server; one that cannot start is reported and the others keep running.
+	for _, ch := range chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					log.Error("channel crashed", "channel", ch.Name(), "panic", r)
+				}
+			}()
+			if err := ch.Start(ctx, disp.Handler(ch)); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("channel could not start; the other channels keep running", "channel", ch.Name(), "err", err)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.ServeAdmin(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Warn("admin socket unavailable; `citegate user add` needs the server stopped", "err", err)
+		}
+	}()
+	go pruneSeen(ctx, st, log)
+
+	log.Info("citegate listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "model", cr.Agent.ModelName(),
+		"search", cfg.Search, "kb_documents", cr.Corpus.Len(), "channels", len(chans))
+	if login, err := srv.EnsureLocalUser(ctx); err != nil {
+		log.Warn("could not create the local user", "err", err)
+	} else if login != "" {
+		fmt.Fprintf(stdout, "citegate is ready. Open this link to start chatting:\n\n  %s\n\n", login)
+	} else {
+		fmt.Fprintf(stdout, "citegate is ready at %s (log in with a token from `citegate user add NAME`)\n", cfg.PublicURL)
+	}
+	err = srv.Serve(ctx, ln)
+	cancel()
+	wg.Wait()
+	if errors.Is(err, context.Canceled) || errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// buildChannels creates the channels whose required keys are present.
+func buildChannels(cfg Config, log *slog.Logger) ([]channels.Channel, error) {
+	var out []channels.Channel
+	c := cfg.Channels
+	if c.Feishu.AppID != "" && c.Feishu.AppSecret != "" {
+		ch, err := feishu.New(feishu.Config{
+			AppID: c.Feishu.AppID, AppSecret: c.Feishu.AppSecret, Mode: c.Feishu.Mode,
+			VerificationToken: c.Feishu.VerificationToken, EncryptKey: c.Feishu.EncryptKey,
+			BaseURL: c.Feishu.BaseURL, Logger: log.With("channel", "feishu"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("channels.feishu: %w", err)
+		}
+		out = append(out, ch)
+	}
+	if c.DingTalk.ClientID != "" && c.DingTalk.ClientSecret != "" {
+		ch, err := dingtalk.New(dingtalk.Config{
+			ClientID: c.DingTalk.ClientID, ClientSecret: c.DingTalk.ClientSecret, CardTemplateID: c.DingTalk.CardTemplateID,
+			APIBaseURL: c.DingTalk.APIBaseURL, StreamBaseURL: c.DingTalk.StreamBaseURL, Logger: log.With("channel", "dingtalk"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("channels.dingtalk: %w", err)
+		}
+		out = append(out, ch)
+	}
+	if w := c.WeChat; w.AppID != "" && w.AppSecret != "" && w.Token != "" {
+		ch, err := wechat.New(wechat.Config{
+			AppID: w.AppID, AppSecret: w.AppSecret, Token: w.Token, EncodingAESKey: w.EncodingAESKey,
+			APIBaseURL: w.APIBaseURL, Logger: log.With("channel", "wechat"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("channels.wechat: %w", err)
+		}
+		out = append(out, ch)
+	}
+	return out, nil
+}
+
+// pruneSeen drops expired dedup keys hourly.
+func pruneSeen(ctx context.Context, st *store.Store, log *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := st.PruneSeen(ctx); err != nil {
+				log.Warn("prune dedup keys", "err", err)
+			} else if n > 0 {
+				log.Debug("pruned dedup keys", "count", n)
+			}
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/tools"
+	"github.com/citegate/citegate/store"
+)
+
+// core is the agent side of citegate, shared by serve and ask.
+type core struct {
+	Corpus  *tools.Corpus
+	Fetcher *tools.Fetcher
+	Agent   *agent.Agent
+}
+
+// buildCore assembles search, fetch and the model from the configuration.
+func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
+	corpus, err := tools.LoadCorpus(c.KB, c.PublicURL)
+	if err != nil {
+		return nil, fmt.Errorf("knowledge corpus: %w", err)
+	}
+	fetcher, err := tools.NewFetcher(tools.FetchOptions{Allow: splitList(c.FetchAllow)}, corpus)
+	if err != nil {
+		return nil, fmt.Errorf("--fetch-allow: %w", err)
+	}
+	var searcher tools.Searcher
+	client := &http.Client{Timeout: 20 * time.Second}
+	switch c.Search {
+	case "searxng":
+		searcher = &tools.SearXNG{BaseURL: c.SearXNGURL, Client: client}
+	case "tavily":
+		searcher = &tools.Tavily{APIKey: c.TavilyAPIKey, Client: client}
+	default:
+		searcher = corpus
+	}
+	var model agent.Model
+	if c.LLM.BaseURL != "" {
+		model, err = agent.NewOpenAI(agent.OpenAIConfig{BaseURL: c.LLM.BaseURL, Model: c.LLM.Model, APIKey: c.LLM.APIKey, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+	} else {
+		model = agent.NewExtractive()
+	}
+	ag, err := agent.New(agent.Config{
+		Store:     st,
+		Model:     model,
+		Tools:     []agent.Tool{tools.NewWebSearch(searcher), tools.NewOpenWebPage(fetcher)},
+		MaxRounds: c.MaxRounds,
+		Logger:    log,
+		Lang:      c.Lang,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return &core{Corpus: corpus, Fetcher: fetcher, Agent: ag}, nil
+}
+
+// openStore opens the database with a short lock wait and turns a held lock into advice.
+func openStore(c Config, log *slog.Logger, wait time.Duration) (*store.Store, error) {
+	st, err := store.Open(c.dbPath(), store.Options{Timeout: wait, Logger: log})
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if n := st.RecoveredRuns(); n > 0 {
+		log.Warn("runs interrupted by an earlier stop were marked FAILED", "count", n)
+	}
+	return st, nil
+}
+
+// closeAgent stops the agent within a bounded time.
+func closeAgent(ag *agent.Agent, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ag.Close(ctx); err != nil {
+		log.Warn("agent did not stop cleanly", "err", err)
+	}
+}
