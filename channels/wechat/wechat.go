@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	wechatsdk "github.com/silenceper/wechat/v2"
 	"github.com/silenceper/wechat/v2/cache"
 	"github.com/silenceper/wechat/v2/officialaccount"
 	"github.com/silenceper/wechat/v2/officialaccount/config"
@@ -113,8 +112,10 @@ func New(cfg Config) (*Channel, error) {
 	}
 	log := cfg.Logger.With("channel", Name)
 	// The SDK object serves the inbound side only (signature, decryption, parsing). Its cache is
-	// required (nil panics) even though the channel fetches tokens itself.
-	oa := wechatsdk.NewWechat().GetOfficialAccount(&config.Config{
+	// required (nil panics) even though the channel fetches tokens itself. The SDK's root package
+	// (wechat.NewWechat) is deliberately not imported: its init sets logrus, process-wide, to debug
+	// level on stdout, which would print every inbound message.
+	oa := officialaccount.NewOfficialAccount(&config.Config{
 		AppID:          cfg.AppID,
 		AppSecret:      cfg.AppSecret,
 		Token:          cfg.Token,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -108,6 +109,12 @@ func newHarness(t *testing.T, aesKey string, start bool) *harness {
 		assert.NotContains(t, logs.String(), "TOKEN-")
 	})
 	return h
+}
+
+// TestSDKLoggingStaysQuiet guards against importing the SDK's root package, whose init turns logrus
+// to debug level, process-wide, which prints every inbound message.
+func TestSDKLoggingStaysQuiet(t *testing.T) {
+	assert.NotEqual(t, logrus.DebugLevel, logrus.GetLevel())
 }
 
 func TestNewValidatesConfig(t *testing.T) {
