@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/citegate/citegate/store"
 )
 
 // AdminSocketName is the admin socket's file name inside the data directory.
@@ -138,9 +140,16 @@ func (s *Server) handleAdminAddUser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u, tok, err := s.st.CreateUser(r.Context(), name)
-	if err != nil {
-		// The store's validation errors (too long, already taken) are meant for the operator.
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		s.writeError(w, r, &Error{Status: http.StatusConflict, Code: CodeConflict, Message: err.Error()})
+		return
+	case errors.Is(err, store.ErrInvalid):
+		// The store's validation messages (empty, too long) are meant for the operator.
 		s.writeError(w, r, errBadRequest(err.Error()))
+		return
+	case err != nil:
+		s.writeError(w, r, s.storeErr("create_user", err))
 		return
 	}
 	s.log.InfoContext(r.Context(), "user created via admin socket", "user", u.ID, "name", u.Name)

@@ -17,6 +17,7 @@ const (
 	CodeInternal     = "internal"
 	CodeUnavailable  = "unavailable"
 	CodeFetchFailed  = "fetch_failed"
+	CodeConflict     = "conflict"
 )
 
 // Error is the one error type that reaches HTTP and websocket clients. Status is the HTTP status;

@@ -219,10 +219,11 @@ func (s *Server) limiter(userID string) *rate.Limiter {
 	return l
 }
 
-// storeErr turns a store error into an HTTP error: not found stays not found, everything else is
-// counted and becomes internal.
+// storeErr turns a store error into an HTTP error: not found (and invalid ids) become not found,
+// everything else is counted and becomes internal.
 func (s *Server) storeErr(op string, err error) *Error {
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+		// Invalid ids only come from lookups of caller-supplied ids: no such record.
 		return errNotFound()
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
