@@ -110,7 +110,8 @@ func New(cfg Config) (*Channel, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 15 * time.Second}
 	}
-	log := cfg.Logger.With("channel", Name)
+	// Every message starts with "wechat:"; the caller may add a channel attribute of its own.
+	log := cfg.Logger
 	// The SDK object serves the inbound side only (signature, decryption, parsing). Its cache is
 	// required (nil panics) even though the channel fetches tokens itself. The SDK's root package
 	// (wechat.NewWechat) is deliberately not imported: its init sets logrus, process-wide, to debug
