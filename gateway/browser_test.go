@@ -325,4 +325,13 @@ func TestBrowserCancelAndFailure(t *testing.T) {
 	assert.Contains(t, failed, "回答失败")
 	assert.Contains(t, failed, "upstream model unavailable")
 	screenshot(t, tb, "run-cancelled-failed")
+
+	// New chat empties the view; picking the session in the sidebar brings its stored history back.
+	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#new-chat")))
+	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('#messages .empty').textContent`), "问一个问题")
+	assert.True(t, evalJS[bool](t, tb, `document.getElementById('share-btn').disabled`))
+	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#sessions a")))
+	waitJS(t, tb, 10*time.Second, `document.querySelectorAll('#messages .msg.user').length === 2`, "history reloads")
+	assert.Equal(t, "stream please", evalJS[string](t, tb, `document.getElementById('chat-title').textContent`))
+	assert.False(t, evalJS[bool](t, tb, `document.getElementById('share-btn').disabled`))
 }

@@ -39,6 +39,7 @@
     excerptClose: $('excerpt-close'), toast: $('toast'),
   };
 
+  const emptyHint = (els.messages.querySelector('.empty') || {}).textContent || '';
   const state = {
     ws: null, backoff: 500, sessions: [], current: null, // current session id, null = new chat
     pending: new Map(), // clientMsgId → user bubble element waiting for its session
@@ -122,8 +123,7 @@
     updateComposer();
   }
   function showEmpty() {
-    const hint = document.querySelector('#messages > .empty');
-    els.messages.replaceChildren(hint || el('p', 'empty', ''));
+    els.messages.replaceChildren(el('p', 'empty', emptyHint));
   }
   els.newChat.addEventListener('click', () => { openSession(null); els.input.focus(); });
 
