@@ -188,6 +188,7 @@ func TestE2ENoMarkerForAnyChunking(t *testing.T) {
 	for ai, answer := range answers {
 		for _, size := range []int{1, 2, 3, 5, 7} {
 			t.Run(fmt.Sprintf("answer%d/chunk%d", ai, size), func(t *testing.T) {
+				t.Parallel() // each case has its own stack and fake
 				e := newE2E(t, testkit.StackOptions{Model: testkit.NewScriptedModel(answer, []int{size})})
 				e.literalCaret = strings.Contains(citations.Strip(answer), "[^")
 				e.ask(t, "问题", int64(3000+size), wechatfake.Delivery{})
