@@ -32,7 +32,8 @@ func (e *APIError) Error() string {
 // with a fresh token is safe.
 func (e *APIError) tokenInvalid() bool {
 	code := strings.ToLower(e.Code)
-	return e.Status == http.StatusUnauthorized || code == "invalidauthentication" || strings.Contains(code, "token")
+	return e.Status == http.StatusUnauthorized || code == "invalidauthentication" ||
+		(strings.Contains(code, "token") && (strings.Contains(code, "invalid") || strings.Contains(code, "expire")))
 }
 
 // rateLimited reports whether the platform throttled the call (HTTP 429 or 403 with a QPS code).
