@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,6 +161,18 @@ type scored struct {
 	ref   int
 	score float64
 	order int // result order, then sentence order: ties keep the search ranking
+	meta  bool
+}
+
+// isMetaSentence reports sentences about the document rather than its subject ("本文说明…",
+// "This guide explains…") and cross-references ("见《…》", "see the … guide"), which answer nothing.
+func isMetaSentence(s string) bool {
+	for _, p := range []string{"本文", "本指南", "本页", "本制度", "本规定", "本手册", "this article", "this guide", "this page", "this document"} {
+		if strings.HasPrefix(strings.ToLower(s), p) {
+			return true
+		}
+	}
+	return strings.Contains(s, "见《") || strings.Contains(s, "参见") || strings.Contains(strings.ToLower(s), "see the ")
 }
 
 // compose writes the answer from the best sentences, each cited with its source's ref.
@@ -174,27 +187,60 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 		return notFound
 	}
 	need := min(2, len(qTerms))
-	var cands []scored
-	seq := 0
+
+	type sentence struct {
+		text  string
+		ref   int
+		order int
+		terms map[string]bool
+	}
+	var sents []sentence
+	seen := map[string]bool{}
 	for _, p := range passages {
 		for _, s := range splitSentences(p.content) {
-			seq++
-			sTerms := terms(s)
-			hit := 0
-			for t := range qTerms {
-				if sTerms[t] {
-					hit++
-				}
-			}
-			score := float64(hit) / float64(len(qTerms))
-			if hit < need || score < extractiveMinScore {
+			// Questions (FAQ headings) and lead-ins to a list ("…计算：") answer nothing by themselves.
+			if seen[s] || strings.HasSuffix(s, "？") || strings.HasSuffix(s, "?") || strings.HasSuffix(s, "：") || strings.HasSuffix(s, ":") {
 				continue
 			}
-			cands = append(cands, scored{text: s, ref: p.ref, score: score, order: p.order*100000 + seq})
+			seen[s] = true
+			sents = append(sents, sentence{text: s, ref: p.ref, order: len(sents), terms: terms(s)})
 		}
+	}
+	// Terms are weighted by how rare they are among the retrieved sentences, so the words that
+	// distinguish the question ("写错") count more than the topic every result shares ("发票").
+	weight := make(map[string]float64, len(qTerms))
+	total := 0.0
+	for t := range qTerms {
+		df := 0
+		for _, s := range sents {
+			if s.terms[t] {
+				df++
+			}
+		}
+		weight[t] = 1 + math.Log(float64(len(sents)+1)/float64(df+1))
+		total += weight[t]
+	}
+	var cands []scored
+	for _, s := range sents {
+		hit, sum := 0, 0.0
+		for t := range qTerms {
+			if s.terms[t] {
+				hit++
+				sum += weight[t]
+			}
+		}
+		score := sum / total
+		if hit < need || score < extractiveMinScore {
+			continue
+		}
+		cands = append(cands, scored{text: s.text, ref: s.ref, score: score, order: s.order, meta: isMetaSentence(s.text)})
 	}
 	if len(cands) == 0 {
 		return notFound
+	}
+	// Sentences about the document only serve when nothing else matched.
+	if slices.ContainsFunc(cands, func(c scored) bool { return !c.meta }) {
+		cands = slices.DeleteFunc(cands, func(c scored) bool { return c.meta })
 	}
 	slices.SortStableFunc(cands, func(a, b scored) int {
 		if c := cmp.Compare(b.score, a.score); c != 0 {
@@ -204,17 +250,14 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 	})
 	best := cands[0].score
 	var picked []scored
-	seen := map[string]bool{}
 	for _, c := range cands {
 		if len(picked) == extractiveMaxSentences || c.score < best*0.6 {
 			break
 		}
-		if seen[c.text] {
-			continue
-		}
-		seen[c.text] = true
 		picked = append(picked, c)
 	}
+	// The answer reads in source order, like an excerpt, rather than by score.
+	slices.SortFunc(picked, func(a, b scored) int { return cmp.Compare(a.order, b.order) })
 	var b strings.Builder
 	b.WriteString(pick(zh, "根据检索到的资料：\n\n", "Based on the retrieved sources:\n\n"))
 	for i, c := range picked {
@@ -232,8 +275,11 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 func splitSentences(text string) []string {
 	var out []string
 	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue // a heading names a topic; it states nothing
+		}
 		line = cleanLine(line)
-		if line == "" {
+		if line == "" || looksLikeHeading(line) {
 			continue
 		}
 		start := 0
@@ -256,6 +302,15 @@ func splitSentences(text string) []string {
 		}
 	}
 	return out
+}
+
+// looksLikeHeading reports a short line without sentence punctuation or figures, such as a section
+// title ("年假天数") or a table header that search passages carry as plain lines.
+func looksLikeHeading(line string) bool {
+	if utf8.RuneCountInString(line) > 16 {
+		return false
+	}
+	return !strings.ContainsAny(line, "。！？；，,.!?;：:0123456789")
 }
 
 func appendSentence(out []string, s string) []string {
@@ -295,7 +350,7 @@ func cleanLine(line string) string {
 }
 
 // Han characters that carry little meaning in a question; bigrams containing them are ignored.
-const hanFunctionChars = "的了吗呢吧啊么是在和与或及我你他她它们这那哪个怎什"
+const hanFunctionChars = "的了吗呢吧啊么是在和与或及我你他她它们这那哪个怎什几有"
 
 var latinStopwords = map[string]bool{
 	"the": true, "an": true, "is": true, "are": true, "was": true, "were": true, "be": true,

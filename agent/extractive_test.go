@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/store"
+)
+
+func TestTerms(t *testing.T) {
+	tests := []struct {
+		in      string
+		has     []string
+		hasNot  []string
+		isEmpty bool
+	}{
+		{in: "电子发票抬头写错了怎么办？", has: []string{"电子", "发票", "抬头", "写错"}, hasNot: []string{"怎么", "么办", "错了", "？"}},
+		{in: "How do I reset my VPN passwords?", has: []string{"reset", "vpn", "password"}, hasNot: []string{"how", "do", "my", "?"}},
+		{in: "年假", has: []string{"年假"}},
+		{in: "的了吗", isEmpty: true},
+		{in: "？！。,.", isEmpty: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got := terms(tc.in)
+			if tc.isEmpty {
+				assert.Empty(t, got)
+				return
+			}
+			for _, w := range tc.has {
+				assert.True(t, got[w], "missing %q in %v", w, got)
+			}
+			for _, w := range tc.hasNot {
+				assert.False(t, got[w], "unexpected %q", w)
+			}
+		})
+	}
+}
+
+func TestSplitSentences(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"先申请红冲。再重新开具！可以吗？", []string{"先申请红冲。", "再重新开具！", "可以吗？"}},
+		{"## 处理原则\n- **红冲**是指开具负数发票；原发票失效", []string{"红冲是指开具负数发票；", "原发票失效"}},
+		{"处理原则\n满 1 年不满 10 年 5 天", []string{"满 1 年不满 10 年 5 天"}},
+		{"Reset it first. Then log in again! Version 1.2 works", []string{"Reset it first.", "Then log in again!", "Version 1.2 works"}},
+		{"| 项目 | 内容 |\n| --- | --- |\n| 名称（抬头） | 云杉科技有限公司 |", []string{"项目，内容", "名称（抬头），云杉科技有限公司"}},
+		{"1. 联系开票方说明情况。\n短", []string{"联系开票方说明情况。"}},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, splitSentences(tc.in), tc.in)
+	}
+}
+
+func TestCompose(t *testing.T) {
+	invoice := passage{ref: 1, content: "已经开具的电子发票不能直接修改。抬头写错时，唯一正确的做法是：先申请红冲原发票，再按正确抬头重新开具。"}
+	leave := passage{ref: 2, order: 1, content: "员工入职满一年后每年享有 5 天带薪年假。"}
+	tests := []struct {
+		name     string
+		question string
+		ps       []passage
+		errs     []string
+		want     string
+	}{
+		{
+			name: "best sentences cited", question: "电子发票抬头写错了怎么办？", ps: []passage{invoice, leave},
+			// Picked by score, written in source order.
+			want: "根据检索到的资料：\n\n已经开具的电子发票不能直接修改。[^1^]\n抬头写错时，唯一正确的做法是：先申请红冲原发票，再按正确抬头重新开具。[^1^]",
+		},
+		{
+			name: "meta sentences and questions give way", question: "电子发票抬头写错了怎么办？",
+			ps: []passage{{ref: 4, content: "本文说明电子发票抬头写错时的处理办法。\n抬头写错了怎么办？\n抬头写错时应先红冲原发票。"}},
+			want: "根据检索到的资料：\n\n抬头写错时应先红冲原发票。[^4^]",
+		},
+		{
+			name: "nothing relevant", question: "火星探测器用什么推进剂？", ps: []passage{invoice, leave},
+			want: "没有在检索到的资料中找到与该问题直接相关的内容。",
+		},
+		{
+			name: "search failed", question: "年假有几天？", errs: []string{"搜索服务超时（20s）"},
+			want: "检索失败：搜索服务超时（20s）。暂时无法根据资料回答这个问题。",
+		},
+		{
+			name: "english", question: "How many days of annual leave?", ps: []passage{{ref: 3, content: "Employees get 5 days of annual leave. Parking is free."}},
+			want: "Based on the retrieved sources:\n\nEmployees get 5 days of annual leave.[^3^]",
+		},
+		{
+			name: "no results", question: "How many days of annual leave?",
+			want: "I could not find anything directly relevant to this question in the retrieved sources.",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, compose(tc.question, hasHan(tc.question), tc.ps, tc.errs))
+		})
+	}
+}
+
+func TestParseSearchResult(t *testing.T) {
+	ps, msg := parseSearchResult(`{"query":"q","results":[{"title":"A","url":"https://a.example/","content":"x","ref":2},{"title":"B","url":"https://b.example/","content":"y"}],"total_results":2}`)
+	assert.Empty(t, msg)
+	require.Len(t, ps, 1, "a result without ref cannot be cited")
+	assert.Equal(t, 2, ps[0].ref)
+	_, msg = parseSearchResult(`{"error":"provider returned 500"}`)
+	assert.Equal(t, "provider returned 500", msg)
+	_, msg = parseSearchResult(`not json`)
+	assert.NotEmpty(t, msg)
+}
+
+func TestExtractiveThroughLoop(t *testing.T) {
+	search, _ := searchTool(
+		hit{"电子发票抬头开错了怎么办", "https://kb.example.com/kb/einvoice", "已经开具的电子发票不能直接修改。抬头写错时，唯一正确的做法是：先申请红冲原发票，再按正确抬头重新开具。"},
+		hit{"年假制度", "https://kb.example.com/kb/leave", "员工入职满一年后每年享有 5 天带薪年假。"},
+	)
+	failing := funcTool{name: "web_search", fn: func(ctx context.Context, args string) (string, error) {
+		return `{"error":"搜索服务暂时不可用"}`, nil
+	}}
+	tests := []struct {
+		name      string
+		tool      Tool
+		question  string
+		cited     []string
+		contains  string
+		deltasMin int
+	}{
+		{name: "invoice", tool: search, question: "电子发票抬头写错了怎么办？", cited: []string{"https://kb.example.com/kb/einvoice"}, contains: "红冲", deltasMin: 10},
+		{name: "unrelated", tool: search, question: "火星探测器用什么推进剂？", contains: "没有在检索到的资料中找到"},
+		{name: "search failed", tool: failing, question: "年假有几天？", contains: "检索失败：搜索服务暂时不可用"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openStore(t)
+			sid := newSession(t, st)
+			a := newAgent(t, Config{Store: st, Model: NewExtractive(), Tools: []Tool{tc.tool}})
+			assert.Equal(t, "extractive (no LLM)", a.ModelName())
+			rec := &recorder{}
+			out := run(t, a, sid, tc.question, rec.sink)
+			require.Equal(t, store.PhaseCompleted, out.Phase, out.Error)
+			assert.Contains(t, out.Content, tc.contains)
+			var urls []string
+			for _, c := range out.Citations {
+				urls = append(urls, c.URL)
+			}
+			assert.Equal(t, tc.cited, urls)
+			evs := rec.all()
+			checkEventOrder(t, evs)
+			checkDeltas(t, evs)
+			deltas := finalRoundDeltas(evs)
+			assert.GreaterOrEqual(t, len(deltas), tc.deltasMin)
+			for _, d := range deltas {
+				assert.LessOrEqual(t, utf8.RuneCountInString(d), 3+citations.MaxDigits+3)
+			}
+			assert.Equal(t, citations.Strip(out.Content), strings.Join(deltas, ""))
+			var started []Event
+			for _, ev := range evs {
+				if ev.Type == EventToolStarted {
+					started = append(started, ev)
+				}
+			}
+			require.Len(t, started, 1)
+			assert.Equal(t, "call_1", started[0].CallID)
+			assert.JSONEq(t, `{"query":"`+tc.question+`"}`, started[0].Arguments)
+		})
+	}
+}
+
+func TestExtractiveDeterministic(t *testing.T) {
+	req := ModelRequest{Messages: []ChatMessage{
+		{Role: "user", Content: "电子发票抬头写错了怎么办？"},
+		{Role: "assistant", ToolCalls: []store.ToolCall{{ID: "call_1", Name: "web_search"}}},
+		{Role: "tool", Name: "web_search", ToolCallID: "call_1", Content: `{"query":"q","results":[{"title":"A","url":"https://a.example/","content":"抬头写错时应先红冲。发票抬头错误需重开。无关句子在这里。","ref":1}],"total_results":1}`},
+	}}
+	var first string
+	for i := 0; i < 5; i++ {
+		var b strings.Builder
+		resp, err := NewExtractive().Generate(context.Background(), req, func(d string) { b.WriteString(d) })
+		require.NoError(t, err)
+		assert.Equal(t, resp.Text, b.String())
+		if i == 0 {
+			first = resp.Text
+		}
+		assert.Equal(t, first, resp.Text)
+	}
+	assert.Contains(t, first, "[^1^]")
+	assert.NotContains(t, first, "无关句子")
+
+	// Cancellation stops streaming.
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	_, err := NewExtractive().Generate(ctx, req, func(string) {
+		n++
+		if n == 2 {
+			cancel()
+		}
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 2, n)
+}
