@@ -77,7 +77,7 @@ func TestCompose(t *testing.T) {
 		},
 		{
 			name: "meta sentences and questions give way", question: "电子发票抬头写错了怎么办？",
-			ps: []passage{{ref: 4, content: "本文说明电子发票抬头写错时的处理办法。\n抬头写错了怎么办？\n抬头写错时应先红冲原发票。"}},
+			ps:   []passage{{ref: 4, content: "本文说明电子发票抬头写错时的处理办法。\n抬头写错了怎么办？\n抬头写错时应先红冲原发票。"}},
 			want: "根据检索到的资料：\n\n抬头写错时应先红冲原发票。[^4^]",
 		},
 		{
