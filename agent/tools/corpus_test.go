@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -18,10 +19,27 @@ import (
 
 const testPublicURL = "http://kb.example.test:8080"
 
+var (
+	sampleOnce sync.Once
+	sample     *Corpus
+	sampleErr  error
+)
+
+// loadSample returns the bundled corpus, loaded once for the whole test binary: a Corpus is
+// read-only after LoadCorpus, and building the index under -race is the slowest part of the tests.
 func loadSample(t testing.TB) *Corpus {
 	t.Helper()
-	c, err := LoadCorpus("", testPublicURL)
+	sampleOnce.Do(func() { sample, sampleErr = LoadCorpus("", testPublicURL) })
+	require.NoError(t, sampleErr)
+	return sample
+}
+
+// load loads a corpus that the test closes when it ends.
+func load(t testing.TB, dir, publicURL string) *Corpus {
+	t.Helper()
+	c, err := LoadCorpus(dir, publicURL)
 	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	return c
 }
 
@@ -145,8 +163,7 @@ func TestLoadCorpusDirectory(t *testing.T) {
 		"notes.docx":     []byte("binary"),
 		"empty.md":       []byte("   \n"),
 	})
-	c, err := LoadCorpus(dir, "https://intra.example.com/citegate/")
-	require.NoError(t, err)
+	c := load(t, dir, "https://intra.example.com/citegate/")
 	require.Equal(t, 4, c.Len())
 
 	docs := map[string]Doc{}
@@ -224,8 +241,7 @@ func TestLoadCorpusDuplicateSlugsKeepBoth(t *testing.T) {
 		"faq.md":   []byte("# FAQ one\n\nfirst"),
 		"faq.html": []byte("<title>FAQ two</title><p>second</p>"),
 	})
-	c, err := LoadCorpus(dir, testPublicURL)
-	require.NoError(t, err)
+	c := load(t, dir, testPublicURL)
 	require.Equal(t, 2, c.Len())
 	slugs := []string{c.Docs()[0].Slug, c.Docs()[1].Slug}
 	assert.ElementsMatch(t, []string{"faq", "faq-2"}, slugs)
@@ -257,8 +273,7 @@ func TestLookup(t *testing.T) {
 			assert.Equal(t, tc.slug, d.Slug)
 		})
 	}
-	c2, err := LoadCorpus("", "https://example.com")
-	require.NoError(t, err)
+	c2 := load(t, "", "https://example.com")
 	_, ok := c2.Lookup("https://example.com:443/kb/annual-leave")
 	assert.True(t, ok, "default port is the same host")
 }
@@ -280,9 +295,7 @@ func TestHandlerPages(t *testing.T) {
 		"raw.html": []byte(`<html><head><title>原始页面</title></head><body><h1>原始页面</h1><p style="x" onclick="evil()">内容 <img src="x" onerror="evil()"></p><iframe src="https://evil"></iframe></body></html>`),
 		"note.txt": []byte("便签\n\n第一行 <b>不是标签</b>\n第二行"),
 	})
-	c, err := LoadCorpus(dir, testPublicURL)
-	require.NoError(t, err)
-	h := c.Handler()
+	h := load(t, dir, testPublicURL).Handler()
 
 	res, body := get(t, h, "/kb/")
 	require.Equal(t, http.StatusOK, res.StatusCode)
@@ -341,9 +354,29 @@ func TestHandlerServesSampleOverHTTP(t *testing.T) {
 	assert.Contains(t, string(b), "先申请红冲原发票，再按正确抬头重新开具")
 }
 
-func BenchmarkLocalSearch(b *testing.B) {
+func TestClosedCorpus(t *testing.T) {
 	c, err := LoadCorpus("", testPublicURL)
-	require.NoError(b, err)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	_, err = c.Search(context.Background(), "年假", 3)
+	require.Error(t, err)
+	_, ok := c.Lookup(testPublicURL + "/kb/annual-leave")
+	assert.True(t, ok)
+}
+
+func BenchmarkLoadCorpus(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		c, err := LoadCorpus("", testPublicURL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = c.Close()
+	}
+}
+
+func BenchmarkLocalSearch(b *testing.B) {
+	c := load(b, "", testPublicURL)
 	queries := []string{"电子发票抬头写错了怎么办？", "VPN authenticator MFA prompt", "出差住宿标准", "年假可以结转吗"}
 	ctx := context.Background()
 	b.ReportAllocs()

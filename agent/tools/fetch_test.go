@@ -1,0 +1,419 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/citegate/citegate/citations"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/text/encoding/charmap"
+)
+
+// allowLoopback is what tests need to reach their own httptest servers on 127.0.0.1.
+var allowLoopback = []string{"127.0.0.1"}
+
+func newFetcher(t *testing.T, opt FetchOptions, c *Corpus) *Fetcher {
+	t.Helper()
+	f, err := NewFetcher(opt, c)
+	require.NoError(t, err)
+	return f
+}
+
+func serve(t *testing.T, h http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestPublicAddr(t *testing.T) {
+	tests := []struct {
+		ip   string
+		want bool
+	}{
+		{"93.184.216.34", true},
+		{"2606:4700::6810:85e5", true},
+		{"8.8.8.8", true},
+		{"127.0.0.1", false},
+		{"127.1.2.3", false},
+		{"::1", false},
+		{"::ffff:127.0.0.1", false},
+		{"10.1.2.3", false},
+		{"172.16.0.1", false},
+		{"192.168.1.1", false},
+		{"169.254.169.254", false},
+		{"169.254.1.1", false},
+		{"100.64.0.1", false},
+		{"100.100.100.200", false},
+		{"0.0.0.0", false},
+		{"::", false},
+		{"224.0.0.1", false},
+		{"ff02::1", false},
+		{"fc00::1", false},
+		{"fd00:ec2::254", false},
+		{"fe80::1", false},
+		{"255.255.255.255", false},
+		{"198.18.0.1", false},
+		{"64:ff9b::7f00:1", false},  // NAT64 of 127.0.0.1
+		{"64:ff9b::808:808", true},  // NAT64 of 8.8.8.8
+		{"2002:7f00:1::", false},    // 6to4 of 127.0.0.1
+		{"2002:0808:0808::1", true}, // 6to4 of 8.8.8.8
+	}
+	for _, tc := range tests {
+		t.Run(tc.ip, func(t *testing.T) {
+			assert.Equal(t, tc.want, publicAddr(netip.MustParseAddr(tc.ip)))
+		})
+	}
+}
+
+func TestNewFetcherAllowEntries(t *testing.T) {
+	for _, ok := range [][]string{nil, {"127.0.0.1"}, {"10.0.0.0/8", "fd00::/8"}, {"intranet.example.com", "Docs.Example.COM."}, {" ::1 ", ""}} {
+		_, err := NewFetcher(FetchOptions{Allow: ok}, nil)
+		assert.NoError(t, err, "%v", ok)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "not a host!", "http://example.com", "1.2.3.4/x", "-bad.example"} {
+		_, err := NewFetcher(FetchOptions{Allow: []string{bad}}, nil)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestFetchGuard(t *testing.T) {
+	hits := 0
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		switch r.URL.Path {
+		case "/to-metadata":
+			http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+		case "/to-private":
+			http.Redirect(w, r, "http://10.0.0.1/admin", http.StatusFound)
+		case "/to-ipv6-loopback":
+			http.Redirect(w, r, "http://[::1]:"+r.Host[strings.LastIndex(r.Host, ":")+1:]+"/", http.StatusFound)
+		default:
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprint(w, "secret internal page")
+		}
+	})
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+
+	guarded := newFetcher(t, FetchOptions{Timeout: 3 * time.Second}, nil)
+	allowed := newFetcher(t, FetchOptions{Timeout: 3 * time.Second, Allow: allowLoopback}, nil)
+	byName := newFetcher(t, FetchOptions{Timeout: 3 * time.Second, Allow: []string{"localhost"}}, nil)
+	byCIDR := newFetcher(t, FetchOptions{Timeout: 3 * time.Second, Allow: []string{"127.0.0.0/8"}}, nil)
+
+	tests := []struct {
+		name string
+		f    *Fetcher
+		url  string
+		ok   bool
+	}{
+		{"127.0.0.1 refused", guarded, srv.URL + "/", false},
+		{"localhost refused", guarded, "http://localhost:" + port + "/", false},
+		{"0.0.0.0 refused", guarded, "http://0.0.0.0:" + port + "/", false},
+		{"IPv4-mapped IPv6 refused", guarded, "http://[::ffff:127.0.0.1]:" + port + "/", false},
+		{"allowed server redirecting to metadata", allowed, srv.URL + "/to-metadata", false},
+		{"allowed server redirecting to a private address", allowed, srv.URL + "/to-private", false},
+		{"allowed server redirecting to ::1", allowed, srv.URL + "/to-ipv6-loopback", false},
+		{"allowed by IP", allowed, srv.URL + "/", true},
+		{"allowed by CIDR", byCIDR, srv.URL + "/", true},
+		{"allowed by host name", byName, "http://localhost:" + port + "/", true},
+		{"IP allowance does not open other loopback IPs", allowed, "http://127.0.0.2:" + port + "/", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.f.Fetch(context.Background(), tc.url)
+			if tc.ok {
+				require.NoError(t, err)
+				assert.Equal(t, "secret internal page", p.Content)
+				return
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrForbiddenAddress)
+			assert.Contains(t, err.Error(), "refusing to connect")
+		})
+	}
+	assert.Equal(t, 6, hits, "refused connections never reach the server")
+}
+
+func TestFetchURLChecks(t *testing.T) {
+	f := newFetcher(t, FetchOptions{}, nil)
+	for _, u := range []string{"file:///etc/passwd", "ftp://example.com/x", "javascript:alert(1)", "/relative", "", "http://"} {
+		_, err := f.Fetch(context.Background(), u)
+		require.Error(t, err, u)
+		assert.ErrorIs(t, err, ErrUnsupportedURL, u)
+	}
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "file:///etc/passwd", http.StatusFound)
+	})
+	_, err := newFetcher(t, FetchOptions{Allow: allowLoopback}, nil).Fetch(context.Background(), srv.URL)
+	assert.ErrorIs(t, err, ErrUnsupportedURL)
+}
+
+func TestFetchRedirectLimit(t *testing.T) {
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/r/"))
+		if n > 0 {
+			http.Redirect(w, r, "/r/"+strconv.Itoa(n-1), http.StatusFound)
+			return
+		}
+		fmt.Fprint(w, "landed")
+	})
+	f := newFetcher(t, FetchOptions{MaxRedirects: 2, Allow: allowLoopback}, nil)
+	p, err := f.Fetch(context.Background(), srv.URL+"/r/2")
+	require.NoError(t, err)
+	assert.Equal(t, "landed", p.Content)
+	assert.Equal(t, srv.URL+"/r/2", p.URL, "the page keeps the URL asked for")
+
+	_, err = f.Fetch(context.Background(), srv.URL+"/r/3")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrTooManyRedirects)
+
+	_, err = newFetcher(t, FetchOptions{MaxRedirects: -1, Allow: allowLoopback}, nil).Fetch(context.Background(), srv.URL+"/r/1")
+	assert.ErrorIs(t, err, ErrTooManyRedirects)
+}
+
+func TestFetchSizeAndCharLimits(t *testing.T) {
+	big := strings.Repeat("数据安全很重要。", 2000) // 8 runes × 2000, 24 bytes × 2000
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, big)
+	})
+	t.Run("byte limit", func(t *testing.T) {
+		f := newFetcher(t, FetchOptions{MaxBytes: 1001, Allow: allowLoopback}, nil)
+		p, err := f.Fetch(context.Background(), srv.URL)
+		require.NoError(t, err)
+		assert.True(t, p.Truncated)
+		assert.True(t, utf8.ValidString(p.Content), "a cut in the middle of a character is dropped")
+		assert.Equal(t, 333, utf8.RuneCountInString(p.Content))
+		assert.Equal(t, 333, p.ContentLength)
+	})
+	t.Run("char limit", func(t *testing.T) {
+		f := newFetcher(t, FetchOptions{MaxChars: 100, Allow: allowLoopback}, nil)
+		p, err := f.Fetch(context.Background(), srv.URL)
+		require.NoError(t, err)
+		assert.True(t, p.Truncated)
+		assert.Equal(t, 100, utf8.RuneCountInString(p.Content))
+		assert.Equal(t, 16000, p.ContentLength)
+	})
+	t.Run("within limits", func(t *testing.T) {
+		f := newFetcher(t, FetchOptions{Allow: allowLoopback}, nil)
+		p, err := f.Fetch(context.Background(), srv.URL)
+		require.NoError(t, err)
+		assert.False(t, p.Truncated)
+		assert.Equal(t, big, p.Content)
+	})
+}
+
+func TestFetchTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "partial")
+		w.(http.Flusher).Flush()
+		select { // the body never ends
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	f := newFetcher(t, FetchOptions{Timeout: 300 * time.Millisecond, Allow: allowLoopback}, nil)
+	start := time.Now()
+	out, err := NewOpenWebPage(f).Call(context.Background(), `{"url":"`+srv.URL+`"}`)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	m := decodeObject(t, out)
+	assert.ElementsMatch(t, []string{"error", "url"}, keys(m))
+	assert.Contains(t, m["error"], "timed out")
+	assert.Equal(t, srv.URL, m["url"])
+}
+
+func TestFetchReadabilityArticle(t *testing.T) {
+	page, err := os.ReadFile("testdata/article.html")
+	require.NoError(t, err)
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(page)
+	})
+	f := newFetcher(t, FetchOptions{Allow: allowLoopback}, nil)
+	out, err := NewOpenWebPage(f).Call(context.Background(), `{"url":"`+srv.URL+`/news/red-invoice"}`)
+	require.NoError(t, err)
+	m := decodeObject(t, out)
+	assert.ElementsMatch(t, []string{"url", "title", "content", "content_length", "truncated"}, keys(m))
+	assert.Equal(t, srv.URL+"/news/red-invoice", m["url"])
+	assert.Contains(t, m["title"], "数电发票红字开具操作指引")
+	content := m["content"].(string)
+	for _, want := range []string{"数电发票不能作废", "先开具红字发票将原蓝字发票全额冲销", "72 小时内", "选择需要冲红的蓝字发票"} {
+		assert.Contains(t, content, want)
+	}
+	for _, junk := range []string{"免费注册", "热门文章", "代理记账", "沪ICP备", "dataLayer", "tracker.js"} {
+		assert.NotContains(t, content, junk)
+	}
+	assert.EqualValues(t, utf8.RuneCountInString(content), m["content_length"])
+	assert.Equal(t, false, m["truncated"])
+
+	// The registry accepts this result as a source.
+	reg := citations.BuildRegistry([]citations.ToolResult{{Tool: "open_web_page", Content: out}})
+	assert.Equal(t, 1, reg.Len())
+}
+
+func TestFetchFallbackPlainExtraction(t *testing.T) {
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<html><head><title>状态页</title><style>p{}</style></head><body><div>服务正常</div><span>更新于 10:00</span><script>x()</script></body></html>`)
+	})
+	p, err := newFetcher(t, FetchOptions{Allow: allowLoopback}, nil).Fetch(context.Background(), srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, "状态页", p.Title)
+	assert.Contains(t, p.Content, "服务正常")
+	assert.Contains(t, p.Content, "更新于 10:00")
+	assert.NotContains(t, p.Content, "x()")
+	assert.NotContains(t, p.Content, "p{}")
+}
+
+func TestFetchCharsets(t *testing.T) {
+	gbkHTML := gbk(t, `<html><head><meta http-equiv="Content-Type" content="text/html; charset=gbk"><title>通知公告</title></head><body><p>关于春节放假安排的通知：2 月 10 日至 17 日放假调休，共 8 天。</p></body></html>`)
+	gbkHeaderOnly := gbk(t, `<html><head><title>通知公告</title></head><body><p>关于春节放假安排的通知：2 月 10 日至 17 日放假调休，共 8 天。</p></body></html>`)
+	latin1, err := charmap.ISO8859_1.NewEncoder().Bytes([]byte("Café crème à la française, naïve résumé"))
+	require.NoError(t, err)
+	tests := []struct {
+		name, ctype string
+		body        []byte
+		want        string
+	}{
+		{"gbk via meta", "text/html", gbkHTML, "关于春节放假安排的通知"},
+		{"gbk via header", "text/html; charset=GBK", gbkHeaderOnly, "关于春节放假安排的通知"},
+		{"gb2312 label", "text/plain; charset=gb2312", gbk(t, "放假通知"), "放假通知"},
+		{"latin-1 via header", "text/plain; charset=iso-8859-1", latin1, "Café crème à la française"},
+		{"undeclared gbk guessed", "text/plain", gbk(t, "关于春节放假安排的通知"), "关于春节放假安排的通知"},
+		{"invalid bytes replaced", "text/plain; charset=utf-8", []byte("ok \xff\xfe end"), "ok \uFFFD end"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.ctype)
+				w.Write(tc.body)
+			})
+			out, err := NewOpenWebPage(newFetcher(t, FetchOptions{Allow: allowLoopback}, nil)).Call(context.Background(), `{"url":"`+srv.URL+`"}`)
+			require.NoError(t, err)
+			require.True(t, utf8.ValidString(out))
+			m := decodeObject(t, out)
+			require.NotContains(t, m, "error")
+			assert.Contains(t, m["content"], tc.want)
+		})
+	}
+}
+
+func TestFetchContentTypes(t *testing.T) {
+	tests := []struct {
+		name, ctype, body string
+		wantErr           string
+		wantTitle         string
+	}{
+		{"markdown", "text/markdown; charset=utf-8", "# 发布说明\n\n    code stays indented\n", "", "发布说明"},
+		{"plain", "text/plain", "just text", "", ""},
+		{"sniffed html", "", "<!DOCTYPE html><html><head><title>Sniffed</title></head><body><p>hello</p></body></html>", "", "Sniffed"},
+		{"pdf", "application/pdf", "%PDF-1.7", "unsupported content type application/pdf", ""},
+		{"image", "image/png", "\x89PNG", "unsupported content type image/png", ""},
+		{"json", "application/json", `{"a":1}`, "unsupported content type", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header()["Content-Type"] = []string{tc.ctype}
+				fmt.Fprint(w, tc.body)
+			})
+			p, err := newFetcher(t, FetchOptions{Allow: allowLoopback}, nil).Fetch(context.Background(), srv.URL)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.ErrorIs(t, err, ErrUnsupportedContentType)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantTitle, p.Title)
+			if tc.name == "markdown" {
+				assert.Contains(t, p.Content, "\n    code stays indented", "Markdown is passed through")
+			}
+		})
+	}
+}
+
+func TestFetchHTTPErrors(t *testing.T) {
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		http.Error(w, "nope", code)
+	})
+	f := newFetcher(t, FetchOptions{Allow: allowLoopback}, nil)
+	_, err := f.Fetch(context.Background(), srv.URL+"/404")
+	assert.ErrorIs(t, err, ErrNotFound)
+	_, err = f.Fetch(context.Background(), srv.URL+"/503")
+	assert.ErrorContains(t, err, "HTTP 503 Service Unavailable")
+	out, err := NewOpenWebPage(f).Call(context.Background(), `{"url":"`+srv.URL+`/500"}`)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"error":"cannot open the page: the server answered HTTP 500 Internal Server Error","url":"`+srv.URL+`/500"}`, out)
+}
+
+func TestFetchCorpusInProcess(t *testing.T) {
+	// kb.example.test does not resolve and the guard would refuse it anyway: these answers can
+	// only come from the corpus itself.
+	c := loadSample(t)
+	f := newFetcher(t, FetchOptions{MaxChars: 200}, c)
+	p, err := f.Fetch(context.Background(), testPublicURL+"/kb/einvoice-title-correction")
+	require.NoError(t, err)
+	assert.Equal(t, "电子发票抬头开错了怎么办", p.Title)
+	assert.Equal(t, testPublicURL+"/kb/einvoice-title-correction", p.URL)
+	assert.True(t, p.Truncated)
+	assert.Equal(t, 200, utf8.RuneCountInString(p.Content))
+	d, _ := c.Lookup(p.URL)
+	assert.Equal(t, utf8.RuneCountInString(d.Text), p.ContentLength)
+
+	p, err = newFetcher(t, FetchOptions{}, c).Fetch(context.Background(), testPublicURL+"/kb/")
+	require.NoError(t, err)
+	assert.Equal(t, "知识库目录", p.Title)
+	assert.Contains(t, p.Content, testPublicURL+"/kb/annual-leave")
+
+	_, err = f.Fetch(context.Background(), testPublicURL+"/kb/no-such-doc")
+	assert.ErrorIs(t, err, ErrNotFound)
+
+	out, err := NewOpenWebPage(f).Call(context.Background(), `{"url":"`+testPublicURL+`/kb/vpn-access"}`)
+	require.NoError(t, err)
+	m := decodeObject(t, out)
+	assert.Equal(t, "Remote Access via VPN", m["title"])
+}
+
+func TestOpenWebPageArguments(t *testing.T) {
+	tool := NewOpenWebPage(newFetcher(t, FetchOptions{}, nil))
+	spec := tool.Spec()
+	assert.Equal(t, "open_web_page", spec.Name)
+	assert.True(t, strings.HasSuffix(spec.Description, "引用本工具结果时，在句末使用 [^n^] 标记，n 为结果中的 ref 编号。"))
+	tests := []struct{ args, want, url string }{
+		{`nope`, "invalid arguments", ""},
+		{`{}`, `"url" is required`, ""},
+		{`{"url":"  "}`, `"url" is required`, ""},
+		{`{"url":5}`, "invalid arguments", ""},
+		{`{"url":"ftp://example.com/f"}`, "only http and https", "ftp://example.com/f"},
+		{`{"url":"http://127.0.0.1:1/"}`, "refusing to connect", "http://127.0.0.1:1/"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.args, func(t *testing.T) {
+			out, err := tool.Call(context.Background(), tc.args)
+			require.NoError(t, err)
+			m := decodeObject(t, out)
+			assert.ElementsMatch(t, []string{"error", "url"}, keys(m))
+			assert.Contains(t, m["error"], tc.want)
+			assert.Equal(t, tc.url, m["url"])
+			// Failure shapes never enter the registry.
+			assert.Equal(t, 0, citations.BuildRegistry([]citations.ToolResult{{Tool: "open_web_page", Content: out}}).Len())
+		})
+	}
+}
