@@ -335,3 +335,40 @@ func TestBrowserCancelAndFailure(t *testing.T) {
 	assert.Equal(t, "stream please", evalJS[string](t, tb, `document.getElementById('chat-title').textContent`))
 	assert.False(t, evalJS[bool](t, tb, `document.getElementById('share-btn').disabled`))
 }
+
+// TestBrowserSecondTabFollowsRun: a second tab of the same user sees the new session appear, and
+// while it shows that session it follows a run started in the first tab, ending with exactly one
+// rendered copy of each answer.
+func TestBrowserSecondTabFollowsRun(t *testing.T) {
+	stack := newBrowserStack(t, nil)
+	browser := newBrowser(t)
+	a, b := newTab(t, browser, false), newTab(t, browser, false)
+	for _, tb := range []*tab{a, b} {
+		tb.do(t, 15*time.Second, chromedp.Navigate(stack.URL+"/?token="+stack.Token), chromedp.WaitVisible(chromedp.CSS("#input")))
+		waitJS(t, tb, 10*time.Second, `document.getElementById('conn').textContent === '已连接'`, "websocket connects")
+	}
+	answered := func(n int) string {
+		return fmt.Sprintf(`document.querySelectorAll('#messages .msg.assistant details.sources').length === %d && document.getElementById('cancel').hidden`, n)
+	}
+
+	a.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "电子发票抬头写错了怎么办？"), chromedp.Click(chromedp.CSS("#send")))
+	waitJS(t, a, 60*time.Second, answered(1), "first answer in tab A")
+	waitJS(t, b, 10*time.Second, `document.querySelectorAll('#sessions a').length === 1`, "tab B lists the new session")
+	b.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#sessions a")))
+	waitJS(t, b, 10*time.Second, answered(1), "tab B shows the stored answer")
+
+	a.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "红字发票怎么开？"), chromedp.Click(chromedp.CSS("#send")))
+	waitJS(t, a, 60*time.Second, answered(2), "second answer in tab A")
+	waitJS(t, b, 20*time.Second, answered(2), "tab B followed the run")
+	assert.Equal(t, 2, evalJS[int](t, b, `document.querySelectorAll('#messages .msg.user').length`))
+	assert.Equal(t, 2, evalJS[int](t, b, `document.querySelectorAll('#messages .msg.assistant').length`), "no duplicate answer")
+	assert.Equal(t,
+		evalJS[string](t, a, `document.querySelector('#messages .msg.assistant:last-child .bubble').innerHTML.replace(/<div class="activity">.*?<\/div><\/div>/s, '')`),
+		evalJS[string](t, b, `document.querySelector('#messages .msg.assistant:last-child .bubble').innerHTML.replace(/<div class="activity">.*?<\/div><\/div>/s, '')`),
+		"both tabs render the same answer")
+	for _, tb := range []*tab{a, b} {
+		assert.True(t, evalJS[bool](t, tb, `(m => m.scrollTop + m.clientHeight >= m.scrollHeight - 2)(document.getElementById('messages'))`),
+			"the view follows the answer to its end")
+	}
+	screenshot(t, b, "second-tab")
+}

@@ -78,8 +78,10 @@
     const m = els.messages;
     return m.scrollHeight - m.scrollTop - m.clientHeight < 80;
   }
-  function scrollDown(force) {
-    if (force || nearBottom()) els.messages.scrollTop = els.messages.scrollHeight;
+  // scrollDown follows the conversation when the reader was at its end before the change (stick),
+  // and leaves the position alone when they scrolled up to read.
+  function scrollDown(stick) {
+    if (stick) els.messages.scrollTop = els.messages.scrollHeight;
   }
 
   // ---------- sessions sidebar ----------
@@ -151,7 +153,9 @@
     });
     els.messages.replaceChildren(...list);
     const run = state.runs.get(sessionId);
-    if (run && !run.done) els.messages.append(run.el); // a run in progress continues below its history
+    // A run in progress continues below its history, unless the history already holds its answer.
+    const stored = run && run.el.dataset.id && messages.some((m) => String(m.id) === run.el.dataset.id);
+    if (run && !run.done && !stored) els.messages.append(run.el);
     scrollDown(true);
   }
   function appendUser(text) {
@@ -201,6 +205,7 @@
   function onTool(f, finished) {
     const run = runFor(f);
     if (!run) return;
+    const stick = nearBottom();
     const thinking = run.activity.querySelector('.tool:not([data-call])');
     if (thinking) thinking.remove();
     let line = run.tools.get(f.callId);
@@ -217,13 +222,14 @@
       const done = !f.ok ? T.toolFailed : f.tool === 'web_search' ? T.searched : f.tool === 'open_web_page' ? T.read : T.toolDone;
       line.firstChild.data = done;
     }
-    scrollDown();
+    scrollDown(stick);
   }
   function onDelta(f) {
     const run = runFor(f);
     if (!run || !f.text) return;
+    const stick = nearBottom();
     run.text.appendData(f.text); // text only, never markup
-    scrollDown();
+    scrollDown(stick);
   }
   function onHTML(f) {
     const run = runFor(f);
@@ -233,10 +239,11 @@
     if (f.messageId) { art.dataset.id = f.messageId; art.id = 'msg-' + f.messageId; }
     const bubble = art.querySelector('.bubble');
     const activity = run ? run.activity : bubble.querySelector('.activity');
+    const stick = nearBottom();
     bubble.innerHTML = f.html; // sanitised on the server (markdown.Render)
     if (activity && activity.childElementCount) bubble.prepend(activity);
     if (run) run.body = null;
-    scrollDown();
+    scrollDown(stick);
   }
   function onFinished(f) {
     const run = runFor(f);
@@ -286,6 +293,9 @@
       for (const [sid, run] of state.runs) { run.done = true; state.runs.delete(sid); }
       updateComposer();
       if (e.code === 1008 || e.code === 4401) { location.reload(); return; }
+      // A refused upgrade looks like any network failure; ask the API, which reloads to the login
+      // page when the session cookie is no longer valid.
+      api('GET', '/api/me').catch(() => {});
       const wait = state.backoff + Math.random() * state.backoff;
       state.backoff = Math.min(state.backoff * 2, 15000);
       setTimeout(connect, wait);
