@@ -357,9 +357,19 @@ func (c *Channel) classify(m *message.MixMessage) (*channels.Message, *message.R
 		ID:             id,
 		ConversationID: openID,
 		SenderID:       openID,
+		SenderName:     senderName(openID),
 		Text:           text,
 		Ref:            openID,
 	}, nil
+}
+
+// senderName labels a user without the user-info API (which needs another permission and call): the
+// dispatcher uses it as the session title.
+func senderName(openID string) string {
+	if len(openID) > 6 {
+		openID = openID[len(openID)-6:]
+	}
+	return "微信用户 " + openID
 }
 
 func unsupported() *message.Reply {

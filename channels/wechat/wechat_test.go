@@ -220,7 +220,7 @@ func TestWebhookDeliversText(t *testing.T) {
 			require.Len(t, got, 1)
 			assert.Equal(t, channels.Message{
 				Channel: "wechat", ID: "7001", ConversationID: testOpenID, SenderID: testOpenID,
-				Text: "什么是 bbolt？", Ref: testOpenID,
+				SenderName: "微信用户 enid-1", Text: "什么是 bbolt？", Ref: testOpenID,
 			}, got[0])
 		})
 	}
@@ -301,6 +301,23 @@ func TestWebhookNonTextAndEvents(t *testing.T) {
 			assert.Empty(t, h.rec.got())
 		})
 	}
+}
+
+func TestWebhookVoice(t *testing.T) {
+	h := newHarness(t, "", true)
+	ctx := context.Background()
+	resps, err := h.client.Deliver(ctx, testOpenID, h.client.VoiceXML(testOpenID, "", 81, time.Now()), wechatfake.Delivery{})
+	require.NoError(t, err)
+	assert.Contains(t, resps[0].Body, UnsupportedNotice)
+	assert.Empty(t, h.rec.got())
+
+	resps, err = h.client.Deliver(ctx, testOpenID, h.client.VoiceXML(testOpenID, "明天天气怎么样", 82, time.Now()), wechatfake.Delivery{})
+	require.NoError(t, err)
+	assert.Equal(t, "success", resps[0].Body)
+	got := h.rec.got()
+	require.Len(t, got, 1)
+	assert.Equal(t, "明天天气怎么样", got[0].Text)
+	assert.Equal(t, "82", got[0].ID)
 }
 
 func TestWebhookBeforeStartAndMethods(t *testing.T) {

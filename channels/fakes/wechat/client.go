@@ -91,6 +91,17 @@ func (c *Client) ImageXML(openID string, msgID int64, created time.Time) []byte 
 		cdata(c.account()), cdata(openID), created.Unix(), cdata("image"), cdata("http://127.0.0.1/pic.jpg"), cdata("media1"), msgID))
 }
 
+// VoiceXML builds a voice message push; recognition is WeChat's transcript ("" when speech
+// recognition is off, in which case the element is left out as WeChat does).
+func (c *Client) VoiceXML(openID, recognition string, msgID int64, created time.Time) []byte {
+	rec := ""
+	if recognition != "" {
+		rec = "<Recognition>" + cdata(recognition) + "</Recognition>"
+	}
+	return []byte(fmt.Sprintf("<xml><ToUserName>%s</ToUserName><FromUserName>%s</FromUserName><CreateTime>%d</CreateTime><MsgType>%s</MsgType><MediaId>%s</MediaId><Format>%s</Format>%s<MsgId>%d</MsgId></xml>",
+		cdata(c.account()), cdata(openID), created.Unix(), cdata("voice"), cdata("media2"), cdata("amr"), rec, msgID))
+}
+
 // EventXML builds an event push (subscribe, CLICK, …).
 func (c *Client) EventXML(openID, event string, created time.Time) []byte {
 	return []byte(fmt.Sprintf("<xml><ToUserName>%s</ToUserName><FromUserName>%s</FromUserName><CreateTime>%d</CreateTime><MsgType>%s</MsgType><Event>%s</Event></xml>",
