@@ -104,10 +104,11 @@ func (rs *runState) loop() (store.Phase, string) {
 			return store.PhaseCancelled, ""
 		}
 		resp, err := rs.generate(msgs)
+		// A cancelled run stays cancelled even when the model finished its round regardless.
+		if rs.ctx.Err() != nil {
+			return store.PhaseCancelled, ""
+		}
 		if err != nil {
-			if rs.ctx.Err() != nil {
-				return store.PhaseCancelled, ""
-			}
 			a.log.Warn("model round failed", "run", h.ID, "round", round, "err", err)
 			return store.PhaseFailed, txt.modelFailed(err)
 		}
