@@ -26,6 +26,7 @@ import (
 // chunks. hold, when set, blocks the answer round until it is closed or ctx ends (cancel tests).
 type scriptedModel struct {
 	answer func(q string, tools []string) string
+	calls  func(q string) []store.ToolCall // first-round tool calls; default: web_search(q)
 	hold   chan struct{}
 }
 
@@ -49,6 +50,9 @@ func (m *scriptedModel) Generate(ctx context.Context, req agent.ModelRequest, on
 		}
 	}
 	if len(tools) == 0 {
+		if m.calls != nil {
+			return agent.ModelResponse{ToolCalls: m.calls(q)}, nil
+		}
 		args, _ := json.Marshal(map[string]string{"query": q})
 		return agent.ModelResponse{ToolCalls: []store.ToolCall{{ID: "call_1", Name: "web_search", Arguments: string(args)}}}, nil
 	}
@@ -300,3 +304,11 @@ func (e *testEnv) runTurn(sessionID, text string) agent.Outcome {
 }
 
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// sessionOf returns the session of a stored message.
+func (e *testEnv) sessionOf(id uint64) string {
+	e.t.Helper()
+	m, err := e.st.GetMessage(context.Background(), id)
+	require.NoError(e.t, err)
+	return m.SessionID
+}
