@@ -59,5 +59,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"seen", "kept", "dropped"} {
 		m.markers.WithLabelValues(r)
 	}
+	m.storeErrors.WithLabelValues("ping")
 	return m, nil
 }
