@@ -90,7 +90,9 @@ func newPreviewFixture(t *testing.T, withFetch bool) *previewFixture {
 					{ID: "call_2", Name: "web_search", Arguments: `{"query":"报销"}`},
 				}
 			},
-			answer: func(string, []string) string { return "先红冲再重开。[^1^] 报销 30 天内。[^2^] 长文。[^3^] 伪造。[^7^]" },
+			answer: func(string, []string) string {
+				return "先红冲再重开。[^1^] 报销 30 天内。[^2^] 长文。[^3^] 伪造。[^7^]"
+			},
 		}
 	})
 	u, tok := f.e.user("alice")
