@@ -128,17 +128,14 @@ func newEnv(t *testing.T, opts ...envOpt) *testEnv {
 		}}},
 	}
 	reg := prometheus.NewRegistry()
-	cfg := Config{Addr: "127.0.0.1:0", DataDir: dir, Store: st, Registry: reg, ChatRatePerMinute: 600}
+	ts := httptest.NewUnstartedServer(nil)
+	cfg := Config{Addr: "127.0.0.1:0", PublicURL: "http://" + ts.Listener.Addr().String(), DataDir: dir, Store: st, Registry: reg, ChatRatePerMinute: 600}
 	for _, o := range opts {
 		o(&cfg, &acfg)
 	}
 	ag, err := agent.New(acfg)
 	require.NoError(t, err)
 	cfg.Agent = ag
-	ts := httptest.NewUnstartedServer(nil)
-	if cfg.PublicURL == "" {
-		cfg.PublicURL = "http://" + ts.Listener.Addr().String()
-	}
 	srv, err := New(cfg)
 	require.NoError(t, err)
 	ts.Config.Handler = srv.Handler()
