@@ -276,6 +276,14 @@ func (s *Server) FailWebhook(n, errcode int) {
 	}
 }
 
+// ClearFailures drops every queued injected failure (HTTP and webhook).
+func (s *Server) ClearFailures() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures = map[string][]failure{}
+	s.webhookErrs = nil
+}
+
 // ExpireTokens invalidates every access token issued so far (the next API call gets HTTP 401).
 func (s *Server) ExpireTokens() {
 	s.mu.Lock()
