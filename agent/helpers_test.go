@@ -285,6 +285,7 @@ type fakeLLM struct {
 	mu       sync.Mutex
 	replies  []reply
 	requests []map[string]any
+	headers  []http.Header
 	srv      *httptest.Server
 }
 
@@ -313,6 +314,7 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.requests = append(f.requests, body)
+	f.headers = append(f.headers, r.Header.Clone())
 	if len(f.replies) == 0 {
 		f.mu.Unlock()
 		http.Error(w, `{"error":{"message":"script exhausted"}}`, http.StatusTeapot)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,6 +37,7 @@ type OpenAIConfig struct {
 type openAIModel struct {
 	svc        openai.ChatCompletionService
 	model      string
+	apiKey     string // only to redact it from error messages
 	maxRetries int
 	log        *slog.Logger
 	// backoff is the first retry delay, doubled per attempt; tests shorten it.
@@ -83,6 +85,7 @@ func NewOpenAI(cfg OpenAIConfig) (Model, error) {
 	return &openAIModel{
 		svc:        openai.NewChatCompletionService(opts...),
 		model:      cfg.Model,
+		apiKey:     cfg.APIKey,
 		maxRetries: cfg.MaxRetries,
 		log:        cfg.Logger.With("model", cfg.Model),
 		backoff:    500 * time.Millisecond,
@@ -199,7 +202,7 @@ func (m *openAIModel) stream(ctx context.Context, params openai.ChatCompletionNe
 	status = int(statusSeen.Load())
 	retryAfter = time.Duration(retryAfterSeen.Load())
 	if err := s.Err(); err != nil {
-		return resp, status, retryAfter, tokens, describeError(err, status)
+		return resp, status, retryAfter, tokens, m.describeError(err, status)
 	}
 	if status >= 400 {
 		return resp, status, retryAfter, tokens, fmt.Errorf("chat completions: %d %s", status, http.StatusText(status))
@@ -207,11 +210,19 @@ func (m *openAIModel) stream(ctx context.Context, params openai.ChatCompletionNe
 	return resp, status, retryAfter, tokens, nil
 }
 
-// describeError turns an SDK error into "chat completions: 429 Too Many Requests: <message>".
-func describeError(err error, status int) error {
+// secretLike matches API keys some servers echo back in error messages.
+var secretLike = regexp.MustCompile(`(sk|key)-[A-Za-z0-9_\-*]{6,}`)
+
+// describeError turns an SDK error into "chat completions: 429 Too Many Requests: <message>". The
+// message comes from the server and may echo the key; it is redacted, since it reaches users and logs.
+func (m *openAIModel) describeError(err error, status int) error {
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr) {
-		msg := shorten(apiErr.Message, 200)
+		msg := apiErr.Message
+		if m.apiKey != "" {
+			msg = strings.ReplaceAll(msg, m.apiKey, "***")
+		}
+		msg = shorten(secretLike.ReplaceAllString(msg, "***"), 200)
 		code := apiErr.StatusCode
 		if msg == "" {
 			return fmt.Errorf("chat completions: %d %s", code, http.StatusText(code))
