@@ -573,9 +573,23 @@ func (c *Corpus) Search(ctx context.Context, q string, max int) ([]SearchResult,
 // query's terms best, weighting rare terms higher; ties go to the earlier window, and a document
 // that matched only by title yields its opening.
 func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
+	// Only query terms that occur somewhere in the corpus can score.
+	type weighted struct {
+		term string
+		idf  float64
+	}
+	terms := make([]weighted, 0, len(qterms))
+	for t := range qterms {
+		if w, ok := c.idf[t]; ok {
+			terms = append(terms, weighted{t, w})
+		}
+	}
+	// A fixed order keeps floating-point sums, and so tie-breaks, deterministic.
+	sort.Slice(terms, func(i, j int) bool { return terms[i].term < terms[j].term })
+	seen := make([]bool, len(terms))
 	bestStart, bestEnd, bestScore := 0, 0, -1.0
 	for i := range d.units {
-		seen := make(map[string]struct{})
+		clear(seen)
 		score, size, j := 0.0, 0, i
 		for ; j < len(d.units); j++ {
 			add := d.units[j].runes
@@ -586,16 +600,16 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 				break
 			}
 			size += add
-			for t := range qterms {
-				if _, hit := d.units[j].terms[t]; !hit {
+			for k, w := range terms {
+				if _, hit := d.units[j].terms[w.term]; !hit {
 					continue
 				}
-				if _, dup := seen[t]; dup {
-					score += 0.1 * c.idf[t] // repeated mentions help a little
+				if seen[k] {
+					score += 0.1 * w.idf // repeated mentions help a little
 					continue
 				}
-				seen[t] = struct{}{}
-				score += c.idf[t]
+				seen[k] = true
+				score += w.idf
 			}
 		}
 		if score > bestScore {

@@ -387,3 +387,31 @@ func BenchmarkLocalSearch(b *testing.B) {
 		}
 	}
 }
+
+func TestCorpusConcurrentUse(t *testing.T) {
+	c := loadSample(t)
+	f := newFetcher(t, FetchOptions{}, c)
+	ws := NewWebSearch(c)
+	h := c.Handler()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < 10; j++ {
+				res, err := c.Search(context.Background(), []string{"年假", "VPN", "发票抬头", "会议室"}[(i+j)%4], 3)
+				assert.NoError(t, err)
+				assert.NotEmpty(t, res)
+				_, err = f.Fetch(context.Background(), testPublicURL+"/kb/annual-leave")
+				assert.NoError(t, err)
+				out, err := ws.Call(context.Background(), `{"query":"出差"}`)
+				assert.NoError(t, err)
+				assert.NotContains(t, out, `"error"`)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/kb/vpn-access", nil))
+				assert.Equal(t, http.StatusOK, rec.Code)
+			}
+		}(i)
+	}
+	wg.Wait()
+}

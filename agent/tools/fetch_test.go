@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/text/encoding/charmap"
 )
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 // allowLoopback is what tests need to reach their own httptest servers on 127.0.0.1.
 var allowLoopback = []string{"127.0.0.1"}
@@ -260,6 +263,14 @@ func TestFetchReadabilityArticle(t *testing.T) {
 	}
 	assert.EqualValues(t, utf8.RuneCountInString(content), m["content_length"])
 	assert.Equal(t, false, m["truncated"])
+
+	const golden = "testdata/article.golden.txt"
+	if *update {
+		require.NoError(t, os.WriteFile(golden, []byte(content+"\n"), 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	require.NoError(t, err)
+	assert.Equal(t, strings.TrimSuffix(string(want), "\n"), content, "extracted text differs from %s (run with -update to accept)", golden)
 
 	// The registry accepts this result as a source.
 	reg := citations.BuildRegistry([]citations.ToolResult{{Tool: "open_web_page", Content: out}})
