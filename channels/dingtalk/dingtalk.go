@@ -101,7 +101,8 @@ func New(cfg Config) (*Channel, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	log = log.With("channel", Name)
+	// No "channel" attribute here: the gateway's logger usually carries it already, and every message
+	// starts with "dingtalk:".
 	c := &Channel{
 		cfg:         cfg,
 		log:         log,
