@@ -195,7 +195,7 @@ func (c *Channel) toMessage(ev *larkim.P2MessageReceiveV1) (channels.Message, bo
 	}
 	// Mention keys are placeholders, not words: the bot's own goes, others become "@Name".
 	text = mentionKey.ReplaceAllStringFunc(text, func(k string) string { return names[k] })
-	text = strings.Join(strings.Fields(text), " ")
+	text = tidy(text)
 
 	var senderID string
 	if ev.Event.Sender != nil && ev.Event.Sender.SenderId != nil {
@@ -263,6 +263,17 @@ func postText(content string) string {
 		}
 		if s := strings.TrimSpace(b.String()); s != "" {
 			lines = append(lines, s)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// tidy collapses runs of spaces (left by removed mentions) within each line and drops empty lines.
+func tidy(s string) string {
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			lines = append(lines, l)
 		}
 	}
 	return strings.Join(lines, "\n")

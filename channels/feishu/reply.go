@@ -29,8 +29,11 @@ const (
 	// placeholder shows in the card until the first text arrives (tools may run for a while).
 	placeholder = "正在思考… / Thinking…"
 	// emptyAnswer replaces an empty final text (a card element needs at least one character).
-	emptyAnswer  = "（没有可显示的回答 / no answer to show）"
-	summaryRunes = 60
+	emptyAnswer = "（没有可显示的回答 / no answer to show）"
+	// cardBrokenNote heads the text answer when the card stopped taking updates mid-stream, so the
+	// user knows why the card above stands unfinished.
+	cardBrokenNote = "⚠️ 卡片更新失败，以下为完整回答 / the card could not be updated; the full answer follows.\n\n"
+	summaryRunes   = 60
 )
 
 // Reply implements channels.Channel: a streaming CardKit card replying to the user's message, or
@@ -119,6 +122,7 @@ type reply struct {
 
 	mu     sync.Mutex
 	card   bool // streaming into a card; false once CardKit is off or failed
+	broken bool // the card was shown but failed mid-stream
 	cardID string
 	seq    int    // CardKit sequence: strictly increasing over every operation on the card
 	shown  string // the card element's current content
@@ -201,13 +205,16 @@ func (r *reply) Update(ctx context.Context, text string) error {
 	if !r.card || r.done {
 		return nil
 	}
-	view := streamingView(citations.Strip(text))
+	// A fresh Stripper over the full text strips every marker and holds back a tail that could
+	// still become one, so not even half a marker reaches the card.
+	var st citations.Stripper
+	view := streamingView(st.Push(text))
 	if view == "" || view == r.shown {
 		return nil
 	}
 	if err := r.setContent(ctx, view); err != nil {
 		// The card cannot take more: Finish and Fail answer with text instead, so nothing is lost.
-		r.card = false
+		r.card, r.broken = false, true
 		return err
 	}
 	return nil
@@ -227,13 +234,16 @@ func (r *reply) Finish(ctx context.Context, text string) error {
 		text = emptyAnswer
 	}
 	if !r.card {
+		if r.broken {
+			text = cardBrokenNote + text
+		}
 		return r.c.sendText(ctx, r.ref, text)
 	}
 	cardText, rest := fitCard(text)
 	if cardText != r.shown {
 		if err := r.setContent(ctx, cardText); err != nil {
 			r.c.log.Warn("feishu card final update failed, answering with text", "card_id", r.cardID, "err", err)
-			return r.c.sendText(ctx, r.ref, text)
+			return r.c.sendText(ctx, r.ref, cardBrokenNote+text)
 		}
 	}
 	r.closeStreaming(ctx, text)
