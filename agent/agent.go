@@ -178,8 +178,11 @@ func New(cfg Config) (*Agent, error) {
 		if _, dup := a.tools[spec.Name]; dup {
 			return nil, fmt.Errorf("agent: duplicate tool %q", spec.Name)
 		}
-		if len(spec.Parameters) > 0 && !json.Valid(spec.Parameters) {
-			return nil, fmt.Errorf("agent: tool %q: parameters are not valid JSON", spec.Name)
+		if len(spec.Parameters) > 0 {
+			var schema map[string]any
+			if err := json.Unmarshal(spec.Parameters, &schema); err != nil || schema == nil {
+				return nil, fmt.Errorf("agent: tool %q: parameters must be a JSON Schema object", spec.Name)
+			}
 		}
 		a.tools[spec.Name] = t
 		a.specs = append(a.specs, spec)

@@ -22,23 +22,27 @@ import (
 
 var testNow = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+func testLogger(t *testing.T) *slog.Logger { return discardLogger() }
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // openStore opens a real bbolt store in a temp dir.
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.Open(filepath.Join(t.TempDir(), "citegate.db"), store.Options{Now: func() time.Time { return testNow }})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
+func openStore(t *testing.T) *store.Store { return openStoreTB(t) }
+
+func openStoreTB(tb testing.TB) *store.Store {
+	tb.Helper()
+	st, err := store.Open(filepath.Join(tb.TempDir(), "citegate.db"), store.Options{Now: func() time.Time { return testNow }})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = st.Close() })
 	return st
 }
 
-func newSession(t *testing.T, st *store.Store) string {
-	t.Helper()
+func newSession(t *testing.T, st *store.Store) string { return newSessionTB(t, st) }
+
+func newSessionTB(tb testing.TB, st *store.Store) string {
+	tb.Helper()
 	s, err := st.CreateSession(context.Background(), store.Session{UserID: "u1", Channel: "desktop"})
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return s.ID
 }
 

@@ -590,6 +590,7 @@ func TestNewValidation(t *testing.T) {
 		{"bad lang", Config{Store: st, Model: NewExtractive(), Lang: "fr"}},
 		{"duplicate tool", Config{Store: st, Model: NewExtractive(), Tools: []Tool{search, search}}},
 		{"nil hook", Config{Store: st, Model: NewExtractive(), Hooks: []Hook{nil}}},
+		{"bad schema", Config{Store: st, Model: NewExtractive(), Tools: []Tool{badSchemaTool{}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -598,3 +599,10 @@ func TestNewValidation(t *testing.T) {
 		})
 	}
 }
+
+type badSchemaTool struct{}
+
+func (badSchemaTool) Spec() ToolSpec {
+	return ToolSpec{Name: "bad", Parameters: json.RawMessage(`["not","an","object"]`)}
+}
+func (badSchemaTool) Call(context.Context, string) (string, error) { return "{}", nil }
