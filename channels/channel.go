@@ -6,6 +6,7 @@ package channels
 
 import (
 	"context"
+	"errors"
 	"net/http"
 )
 
@@ -70,4 +71,12 @@ type WebhookChannel interface {
 	// Routes maps URL paths (e.g. "/channels/wechat") to handlers. The handlers hand messages to the
 	// Handler that Start received; before Start they answer 503.
 	Routes() map[string]http.Handler
+}
+
+// IsPermanent reports whether err (from a Reply or Send) says that sending the same text again another
+// way cannot succeed either, e.g. WeChat's closed 48-hour window. Channels mark such errors with a
+// `Permanent() bool` method.
+func IsPermanent(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }

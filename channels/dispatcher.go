@@ -119,7 +119,7 @@ func (d *Dispatcher) handle(ctx context.Context, ch Channel, m Message) {
 	first, err := d.cfg.Store.MarkSeen(ctx, "msg:"+m.Channel+":"+m.ID, d.cfg.DedupTTL)
 	if err != nil {
 		log.Error("dedup store failed; message not processed", "err", err)
-		d.send(ch, m, "服务暂时不可用，请稍后再试。")
+		d.notify(ch, m, "服务暂时不可用，请稍后再试。")
 		return
 	}
 	if !first {
@@ -135,28 +135,28 @@ func (d *Dispatcher) handle(ctx context.Context, ch Channel, m Message) {
 	case cmdNew:
 		if _, err := d.newSession(ctx, convKey, m); err != nil {
 			log.Error("new session failed", "err", err)
-			d.send(ch, m, "无法开始新会话，请稍后再试。")
+			d.notify(ch, m, "无法开始新会话，请稍后再试。")
 			return
 		}
-		d.send(ch, m, "已开始新的会话。")
+		d.notify(ch, m, "已开始新的会话。")
 		return
 	case cmdStop:
 		sid, err := d.cfg.Store.ConversationSession(ctx, convKey)
 		if err == nil && d.cfg.Agent.Cancel(sid) {
-			d.send(ch, m, "已停止当前回答。")
+			d.notify(ch, m, "已停止当前回答。")
 		} else {
-			d.send(ch, m, "当前没有正在进行的回答。")
+			d.notify(ch, m, "当前没有正在进行的回答。")
 		}
 		return
 	case cmdShare:
-		d.send(ch, m, d.share(ctx, convKey, m, log))
+		d.notify(ch, m, d.share(ctx, convKey, m, log))
 		return
 	}
 
 	sid, err := d.sessionFor(ctx, convKey, m)
 	if err != nil {
 		log.Error("session lookup failed", "err", err)
-		d.send(ch, m, "服务暂时不可用，请稍后再试。")
+		d.notify(ch, m, "服务暂时不可用，请稍后再试。")
 		return
 	}
 	p := newPump(d, ch, m, log.With("session", sid))
@@ -165,7 +165,7 @@ func (d *Dispatcher) handle(ctx context.Context, ch Channel, m Message) {
 	h, err := d.cfg.Agent.Submit(ctx, agent.Turn{SessionID: sid, Text: text, Channel: m.Channel, Sink: p.push})
 	if err != nil {
 		log.Error("submit failed", "err", err)
-		d.send(ch, m, "无法处理这条消息："+err.Error())
+		d.notify(ch, m, "无法处理这条消息："+err.Error())
 		return
 	}
 	d.wg.Add(1)
@@ -228,6 +228,20 @@ func (d *Dispatcher) share(ctx context.Context, convKey string, m Message, log *
 		return "分享失败，请稍后再试。"
 	}
 	return "只读分享链接（含到目前为止的对话）：" + d.cfg.PublicURL + "/s/" + token
+}
+
+// notify sends a one-off notice without holding up the platform's ack.
+func (d *Dispatcher) notify(ch Channel, m Message, text string) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				d.log.Error("channel send panicked", "channel", ch.Name(), "panic", r)
+			}
+		}()
+		d.send(ch, m, text)
+	}()
 }
 
 // send delivers a one-off notice; it always goes through Strip like every outbound text.

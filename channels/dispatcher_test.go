@@ -215,6 +215,7 @@ func TestDispatcherCommands(t *testing.T) {
 	ctx := context.Background()
 
 	h.HandleMessage(ctx, msg("c0", "/share"))
+	st.Wait(t)
 	_, sends := ch.snapshot()
 	require.Len(t, sends, 1)
 	assert.Contains(t, sends[0], "还没有内容")
@@ -232,6 +233,7 @@ func TestDispatcherCommands(t *testing.T) {
 	require.NoError(t, err)
 
 	h.HandleMessage(ctx, msg("c3", "/share"))
+	st.Wait(t)
 	_, sends = ch.snapshot()
 	link := sends[len(sends)-1]
 	require.Contains(t, link, "https://gw.example/s/")
@@ -246,6 +248,7 @@ func TestDispatcherCommands(t *testing.T) {
 	assert.NotEqual(t, sid1, sid2)
 
 	h.HandleMessage(ctx, msg("c5", "/stop"))
+	st.Wait(t)
 	_, sends = ch.snapshot()
 	assert.Contains(t, sends[len(sends)-1], "没有正在进行")
 }

@@ -176,7 +176,10 @@ func (p *pump) finish(ctx context.Context, reply Reply, done, final agent.Event,
 			err = reply.Fail(ctx, citations.Strip(text))
 		}
 	}
-	if reply == nil || err != nil {
+	switch {
+	case err != nil && IsPermanent(err):
+		p.log.Warn("reply could not be delivered; the platform refuses further messages for now", "err", err)
+	case reply == nil || err != nil:
 		if err != nil {
 			p.log.Warn("reply finish failed; sending plain text instead", "err", err)
 		}

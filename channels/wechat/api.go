@@ -45,6 +45,10 @@ func (e *APIError) WindowClosed() bool {
 	return e.Code == CodeWindowExpired || e.Code == CodeResponseLimit
 }
 
+// Permanent tells the dispatcher not to resend the text another way: every further send to this user
+// fails the same way until they write again.
+func (e *APIError) Permanent() bool { return e.WindowClosed() }
+
 func tokenInvalid(err error) bool {
 	var ae *APIError
 	if !errors.As(err, &ae) {

@@ -264,8 +264,9 @@ func TestE2EPlatformErrorThenNextMessage(t *testing.T) {
 	assert.Contains(t, e.logs.String(), "errcode=-1")
 
 	// The 48-hour window is closed: nothing can reach the user, the error is logged with its code,
-	// and the channel keeps serving.
-	e.api.InjectError(wechatfake.PathSend, CodeWindowExpired, "response out of time limit or subscription is canceled", 2)
+	// the dispatcher does not waste a second call on a fallback (the error is permanent), and the
+	// channel keeps serving.
+	e.api.InjectError(wechatfake.PathSend, CodeWindowExpired, "response out of time limit or subscription is canceled", 1)
 	e.ask(t, "第二问", 6002, wechatfake.Delivery{})
 	assert.Len(t, e.api.Messages(), 1)
 	assert.Contains(t, e.logs.String(), "errcode=45015")
