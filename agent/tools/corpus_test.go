@@ -159,12 +159,13 @@ func TestLoadCorpusDirectory(t *testing.T) {
 <body><h1>食堂开放时间</h1><p onclick="steal()">午餐 11:30–13:30，晚餐 17:30–19:30。</p><script>evil()</script><a href="javascript:alert(1)">x</a></body></html>`),
 		"parking.txt":    []byte("停车场使用须知\n\n员工车辆凭工牌进出地下停车场。\n访客车位需提前一天预约。\n"),
 		"legacy-gbk.txt": gbk(t, "快递收发\n\n快递统一寄到前台，每天 16:00 前揽收。"),
+		"制度/考勤 管理.md": []byte("# 考勤管理办法\n\n每月 3 日前完成上月考勤确认。"),
 		".hidden.md":     []byte("# Secret\n\nnot indexed"),
 		"notes.docx":     []byte("binary"),
 		"empty.md":       []byte("   \n"),
 	})
 	c := load(t, dir, "https://intra.example.com/citegate/")
-	require.Equal(t, 4, c.Len())
+	require.Equal(t, 5, c.Len())
 
 	docs := map[string]Doc{}
 	for _, d := range c.Docs() {
@@ -183,6 +184,16 @@ func TestLoadCorpusDirectory(t *testing.T) {
 	require.Contains(t, docs, "parking")
 	assert.Equal(t, "停车场使用须知", docs["parking"].Title)
 	assert.Contains(t, docs["parking"].Text, "访客车位")
+
+	require.Contains(t, docs, "制度-考勤-管理")
+	zh := docs["制度-考勤-管理"]
+	assert.Equal(t, "https://intra.example.com/citegate/kb/%E5%88%B6%E5%BA%A6-%E8%80%83%E5%8B%A4-%E7%AE%A1%E7%90%86", zh.URL)
+	got, ok := c.Lookup(zh.URL)
+	require.True(t, ok)
+	assert.Equal(t, "考勤管理办法", got.Title)
+	res0, body := get(t, c.Handler(), "/kb/%E5%88%B6%E5%BA%A6-%E8%80%83%E5%8B%A4-%E7%AE%A1%E7%90%86")
+	assert.Equal(t, http.StatusOK, res0.StatusCode)
+	assert.Contains(t, body, "<title>考勤管理办法</title>")
 
 	require.Contains(t, docs, "legacy-gbk")
 	assert.Equal(t, "快递收发", docs["legacy-gbk"].Title, "GBK text is decoded")
