@@ -159,7 +159,7 @@ func TestLoadCorpusDirectory(t *testing.T) {
 <body><h1>食堂开放时间</h1><p onclick="steal()">午餐 11:30–13:30，晚餐 17:30–19:30。</p><script>evil()</script><a href="javascript:alert(1)">x</a></body></html>`),
 		"parking.txt":    []byte("停车场使用须知\n\n员工车辆凭工牌进出地下停车场。\n访客车位需提前一天预约。\n"),
 		"legacy-gbk.txt": gbk(t, "快递收发\n\n快递统一寄到前台，每天 16:00 前揽收。"),
-		"制度/考勤 管理.md": []byte("# 考勤管理办法\n\n每月 3 日前完成上月考勤确认。"),
+		"制度/考勤 管理.md":    []byte("# 考勤管理办法\n\n每月 3 日前完成上月考勤确认。"),
 		".hidden.md":     []byte("# Secret\n\nnot indexed"),
 		"notes.docx":     []byte("binary"),
 		"empty.md":       []byte("   \n"),
