@@ -192,8 +192,12 @@ func (d *deliverer) webhookUsable() bool {
 	return d.ref.WebhookExpiresAt.IsZero() || d.c.now().Before(d.ref.WebhookExpiresAt.Add(-10*time.Second))
 }
 
-// markdown sends text (already stripped) as one or more markdown messages.
+// markdown sends text (already stripped) as one or more markdown messages. Blank text sends nothing:
+// DingTalk rejects an empty markdown body.
 func (d *deliverer) markdown(ctx context.Context, text string) error {
+	if strings.TrimSpace(text) == "" {
+		return nil
+	}
 	parts := splitMarkdown(text, markdownMaxRunes, markdownMaxBytes)
 	for i, p := range parts {
 		title := titleOf(text)

@@ -63,7 +63,7 @@ func (r *reply) Start(ctx context.Context) error {
 func (r *reply) Update(ctx context.Context, text string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.card || r.capped {
+	if !r.cardLive() || r.capped {
 		return nil
 	}
 	// The dispatcher sends marker-free text; a Stripper without Flush also holds back a tail that
@@ -104,7 +104,7 @@ func (r *reply) Finish(ctx context.Context, text string) error {
 	if strings.TrimSpace(text) == "" {
 		text = "（没有生成回答）"
 	}
-	if !r.card {
+	if !r.cardLive() {
 		return r.d.markdown(ctx, text)
 	}
 	head, rest := text, ""
@@ -129,7 +129,7 @@ func (r *reply) Fail(ctx context.Context, reason string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	reason = citations.Strip(reason)
-	if !r.card {
+	if !r.cardLive() {
 		return r.d.markdown(ctx, "⚠️ "+reason)
 	}
 	content := "⚠️ " + reason
@@ -146,6 +146,9 @@ func (r *reply) Fail(ctx context.Context, reason string) error {
 	}
 	return nil
 }
+
+// cardLive reports whether the answer goes to a card: card mode, created by Start, not broken.
+func (r *reply) cardLive() bool { return r.card && r.outTrackID != "" }
 
 // finalizeCard sends the last streaming frame and sets the card's flowStatus (and content, for
 // clients that render the parameter rather than the stream).

@@ -318,3 +318,18 @@ func TestReplyWithoutRefFails(t *testing.T) {
 	require.Error(t, err)
 	require.Error(t, e.ch.Send(context.Background(), channels.Message{ID: "x"}, "t"))
 }
+
+func TestCardModeFinishWithoutStartUsesMarkdown(t *testing.T) {
+	e := cardEnv(t)
+	m := e.received(t, false, nil)
+	ctx := ctxT(t)
+	r, err := e.ch.Reply(ctx, m)
+	require.NoError(t, err)
+	require.NoError(t, r.Update(ctx, "ignored"))
+	require.NoError(t, r.Finish(ctx, "final"))
+	assert.Empty(t, e.fake.Requests(dingtalkfake.PathCardStreaming))
+	require.Len(t, e.fake.Deliveries(), 1)
+	assert.Equal(t, "final", e.fake.Deliveries()[0].Text)
+	require.NoError(t, e.ch.Send(ctx, m, "  \n"), "blank text sends nothing")
+	assert.Len(t, e.fake.Deliveries(), 1)
+}
