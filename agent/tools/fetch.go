@@ -259,15 +259,7 @@ func extractHTML(src string, pageURL *url.URL) (string, string) {
 	} else {
 		full = htmlText(doc)
 	}
-	article, err := readability.FromDocument(doc, pageURL)
-	var text string
-	if err == nil && article.Node != nil {
-		var b bytes.Buffer
-		if article.RenderText(&b) == nil {
-			text = cleanText(b.String())
-		}
-	}
-	title := strings.TrimSpace(article.Title())
+	title, text := readable(doc, pageURL)
 	if title == "" {
 		title = pageTitle
 	}
@@ -275,6 +267,26 @@ func extractHTML(src string, pageURL *url.URL) (string, string) {
 		text = full
 	}
 	return cleanText(title), text
+}
+
+// readable runs readability on doc. A panic inside the parser (it walks arbitrary markup) is
+// treated as "no article found", so the caller falls back to the page's plain text.
+func readable(doc *html.Node, pageURL *url.URL) (title, text string) {
+	defer func() {
+		if p := recover(); p != nil {
+			slog.Warn("open_web_page: readability panicked", "panic", p)
+			title, text = "", ""
+		}
+	}()
+	article, err := readability.FromDocument(doc, pageURL)
+	if err != nil || article.Node == nil {
+		return "", ""
+	}
+	var b bytes.Buffer
+	if article.RenderText(&b) == nil {
+		text = cleanText(b.String())
+	}
+	return strings.TrimSpace(article.Title()), text
 }
 
 // plainText normalises a text or Markdown body without touching its inner layout.
