@@ -155,11 +155,15 @@ func (m *openAIModel) stream(ctx context.Context, params openai.ChatCompletionNe
 
 	var text strings.Builder
 	var calls []*toolCallBuilder
+	finish := ""
 	for s.Next() {
 		chunk := s.Current()
 		for _, ch := range chunk.Choices {
 			if ch.Index != 0 {
 				continue
+			}
+			if ch.FinishReason != "" {
+				finish = ch.FinishReason
 			}
 			if d := ch.Delta.Content; d != "" {
 				tokens = true
@@ -206,6 +210,14 @@ func (m *openAIModel) stream(ctx context.Context, params openai.ChatCompletionNe
 	}
 	if status >= 400 {
 		return resp, status, retryAfter, tokens, fmt.Errorf("chat completions: %d %s", status, http.StatusText(status))
+	}
+	switch finish {
+	case "":
+		// The SDK cannot tell a stream cut short from one that ended without [DONE]; a missing
+		// finish_reason is the hint worth logging.
+		m.log.Warn("chat completions: stream ended without a finish reason", "text_bytes", len(resp.Text), "tool_calls", len(resp.ToolCalls))
+	case "length", "content_filter":
+		m.log.Warn("chat completions: answer cut short", "finish_reason", finish)
 	}
 	return resp, status, retryAfter, tokens, nil
 }
