@@ -3,6 +3,7 @@ package feishu_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -61,6 +62,8 @@ type harness struct {
 	logs   *syncBuffer
 	cancel context.CancelFunc
 	done   chan error
+	once   sync.Once
+	err    error
 }
 
 // newChannel builds a channel against fake; mutate adjusts the config.
@@ -110,16 +113,21 @@ func startLongConnWith(t *testing.T, fake *feishufake.Server, handler func(chann
 	}
 	require.NoError(t, fake.WaitConnected(wctx, before+1))
 	hs := &harness{fake: fake, ch: ch, logs: logs, cancel: cancel, done: done}
-	t.Cleanup(hs.stop)
+	t.Cleanup(func() { _ = hs.stop() })
 	return hs
 }
 
-func (h *harness) stop() {
-	h.cancel()
-	select {
-	case <-h.done:
-	case <-time.After(5 * time.Second):
-	}
+// stop ends the channel's Start and returns its result (once; later calls return the same).
+func (h *harness) stop() error {
+	h.once.Do(func() {
+		h.cancel()
+		select {
+		case h.err = <-h.done:
+		case <-time.After(5 * time.Second):
+			h.err = errors.New("Start did not return after its context ended")
+		}
+	})
+	return h.err
 }
 
 func newFake(t *testing.T) *feishufake.Server {

@@ -25,7 +25,7 @@ const (
 	answerElementID = "answer"
 	// cardOpInterval spaces the operations on one card so that any one-second window holds at most
 	// ten of them (CardKit's per-card limit), whatever the caller's pace.
-	cardOpInterval = 110 * time.Millisecond
+	cardOpInterval = 120 * time.Millisecond
 	// placeholder shows in the card until the first text arrives (tools may run for a while).
 	placeholder = "正在思考… / Thinking…"
 	// emptyAnswer replaces an empty final text (a card element needs at least one character).
