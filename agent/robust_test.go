@@ -286,3 +286,44 @@ func TestSystemPrompt(t *testing.T) {
 	assert.NotContains(t, en, "{date}")
 	assert.NotContains(t, zh, "{date}")
 }
+
+func TestReusedToolCallIDsAreMadeUnique(t *testing.T) {
+	st := openStore(t)
+	sid := newSession(t, st)
+	search, _ := searchTool(hitInvoice, hitTypes)
+	m := &modelFunc{fn: func(ctx context.Context, round int, req ModelRequest, onDelta func(string)) (ModelResponse, error) {
+		switch round {
+		case 1:
+			return ModelResponse{ToolCalls: []store.ToolCall{
+				{ID: "x", Name: "web_search", Arguments: `{"query":"a"}`},
+				{ID: "x", Name: "web_search", Arguments: `{"query":"b"}`},
+				{Name: "web_search", Arguments: `{"query":"c"}`},
+			}}, nil
+		case 2:
+			return ModelResponse{ToolCalls: []store.ToolCall{{ID: "x", Name: "web_search", Arguments: `{"query":"d"}`}}}, nil
+		default:
+			// Every tool message the model sees answers exactly one of its calls.
+			ids := map[string]int{}
+			for _, msg := range req.Messages {
+				for _, c := range msg.ToolCalls {
+					ids[c.ID]++
+				}
+				if msg.Role == "tool" {
+					ids[msg.ToolCallID] += 10
+				}
+			}
+			for id, n := range ids {
+				if n != 11 {
+					return ModelResponse{}, fmt.Errorf("call id %q used %d", id, n)
+				}
+			}
+			onDelta("ok[^2^]")
+			return ModelResponse{Text: "ok[^2^]"}, nil
+		}
+	}}
+	a := newAgent(t, Config{Store: st, Model: m, Tools: []Tool{search}})
+	out := run(t, a, sid, "q", nil)
+	require.Equal(t, store.PhaseCompleted, out.Phase, out.Error)
+	require.Len(t, out.Citations, 1)
+	assert.Equal(t, hitTypes.url, out.Citations[0].URL)
+}

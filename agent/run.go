@@ -30,6 +30,7 @@ type runState struct {
 	strip citations.Stripper // per run: answer.delta never carries a marker or part of one
 
 	runCreated bool
+	callIDs    map[string]bool // tool call ids used in this run
 	roundText  strings.Builder // raw text of the current round (markers kept)
 	finalText  string
 
@@ -40,7 +41,7 @@ type runState struct {
 // execute runs one turn to its end. It never panics: a panic anywhere becomes a FAILED run, and
 // run.finished is always emitted.
 func (a *Agent) execute(h *RunHandle) Outcome {
-	rs := &runState{a: a, h: h, ctx: h.ctx, pctx: context.WithoutCancel(h.ctx)}
+	rs := &runState{a: a, h: h, ctx: h.ctx, pctx: context.WithoutCancel(h.ctx), callIDs: map[string]bool{}}
 	phase, reason := rs.safeLoop()
 	rs.safeConclude(phase, reason)
 	return rs.out
@@ -125,9 +126,14 @@ func (rs *runState) loop() (store.Phase, string) {
 		}
 		calls := make([]store.ToolCall, len(resp.ToolCalls))
 		for i, c := range resp.ToolCalls {
-			if c.ID == "" {
+			// Ids pair each TOOL message with its call; some compatible servers omit or reuse them.
+			if c.ID == "" || rs.callIDs[c.ID] {
 				c.ID = fmt.Sprintf("call_%d_%d", round, i+1)
 			}
+			for rs.callIDs[c.ID] {
+				c.ID += "_"
+			}
+			rs.callIDs[c.ID] = true
 			calls[i] = c
 		}
 		text := rs.roundText.String()
