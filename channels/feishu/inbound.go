@@ -133,6 +133,11 @@ func (c *Channel) onMessageReceive(_ context.Context, ev *larkim.P2MessageReceiv
 	if !ok {
 		return nil
 	}
+	var eventID string
+	if ev.EventV2Base != nil && ev.EventV2Base.Header != nil {
+		eventID = ev.EventV2Base.Header.EventID
+	}
+	c.log.Debug("feishu message received", "message_id", m.ID, "event_id", eventID, "chat_id", m.ConversationID, "group", m.Group, "mentioned", m.Mentioned)
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("feishu message handler panicked", "panic", r, "stack", string(debug.Stack()))
