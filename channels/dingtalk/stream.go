@@ -274,7 +274,7 @@ func (c *Channel) runConnection(ctx context.Context, ep *payload.ConnectionEndpo
 		if typ != websocket.TextMessage {
 			continue
 		}
-		if err := c.handleFrame(ctx, k, data, h); err != nil {
+		if err := c.safeHandleFrame(ctx, k, data, h); err != nil {
 			return true, err
 		}
 	}
@@ -285,6 +285,18 @@ func (c *Channel) recoverGoroutine(what string) {
 	if r := recover(); r != nil {
 		c.log.Error("dingtalk: goroutine panicked", "goroutine", what, "panic", r)
 	}
+}
+
+// safeHandleFrame is handleFrame with a recover: a malformed frame that trips a bug must not take the
+// gateway down (the read loop runs on the caller's goroutine).
+func (c *Channel) safeHandleFrame(ctx context.Context, k *conn, data []byte, h channels.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("dingtalk: frame handling panicked; frame dropped", "panic", r, "bytes", len(data))
+			err = nil
+		}
+	}()
+	return c.handleFrame(ctx, k, data, h)
 }
 
 // handleFrame answers one data frame. It returns errDisconnect when the server asks us to go.
