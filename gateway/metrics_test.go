@@ -102,6 +102,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"bad public url", Config{Store: e.st, Agent: e.ag, PublicURL: "ftp://x"}},
 		{"bad origin", Config{Store: e.st, Agent: e.ag, Addr: "127.0.0.1:1", AllowedOrigins: []string{"not a url"}}},
 		{"registry reused", Config{Store: e.st, Agent: e.ag, Addr: "127.0.0.1:1", Registry: e.reg}},
+		{"webhook clashes with a route", Config{Store: e.st, Agent: e.ag, Addr: "127.0.0.1:1", KB: http.NotFoundHandler(), Webhooks: map[string]http.Handler{"/kb/": http.NotFoundHandler()}}},
+		{"webhook path not absolute", Config{Store: e.st, Agent: e.ag, Addr: "127.0.0.1:1", Webhooks: map[string]http.Handler{"channels/x": http.NotFoundHandler()}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

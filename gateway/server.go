@@ -129,7 +129,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.hub = newHub(s)
-	s.handler = s.routes()
+	if s.handler, err = s.routes(); err != nil {
+		return nil, err
+	}
 	s.unsub = s.ag.Subscribe(s.hub.onEvent)
 	return s, nil
 }
@@ -137,7 +139,14 @@ func New(cfg Config) (*Server, error) {
 // Handler returns the HTTP handler with every route.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-func (s *Server) routes() http.Handler {
+func (s *Server) routes() (_ http.Handler, err error) {
+	// ServeMux panics on malformed or conflicting patterns; those come from configuration
+	// (webhook paths), so they become an error.
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("gateway: routes: %v", v)
+		}
+	}()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.handleIndex)
 	mux.HandleFunc("POST /login", s.handleLogin)
@@ -163,9 +172,12 @@ func (s *Server) routes() http.Handler {
 		mux.Handle("/kb/", s.cfg.KB)
 	}
 	for path, h := range s.cfg.Webhooks {
+		if !strings.HasPrefix(path, "/") || h == nil {
+			return nil, fmt.Errorf("gateway: webhook route %q: need an absolute path and a handler", path)
+		}
 		mux.Handle(path, h)
 	}
-	return mux
+	return mux, nil
 }
 
 // Serve serves HTTP on ln until ctx ends, then shuts down gracefully: websocket clients get a close
