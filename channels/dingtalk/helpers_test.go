@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,21 +131,4 @@ func assertNoMarkerBytes(t *testing.T, fake *dingtalkfake.Server) {
 	for _, f := range fake.Frames() {
 		require.NotContains(t, string(f.Raw), "[^")
 	}
-}
-
-// msgOf builds the channels.Message the channel would have produced for a pushed message.
-func msgFor(bmConv, staff string, group bool, webhook string, expires time.Time) channels.Message {
-	return channels.Message{
-		Channel: dingtalk.Name, ID: "m-" + staff, ConversationID: bmConv, SenderID: staff, Group: group, Mentioned: true,
-		Ref: &dingtalk.Ref{MsgID: "m-" + staff, ConversationID: bmConv, Group: group, StaffID: staff, SessionWebhook: webhook, WebhookExpiresAt: expires},
-	}
-}
-
-func containsAll(s string, subs ...string) bool {
-	for _, x := range subs {
-		if !strings.Contains(s, x) {
-			return false
-		}
-	}
-	return true
 }
