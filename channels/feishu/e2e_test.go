@@ -151,7 +151,7 @@ func TestE2ENoMarkersAnyChunking(t *testing.T) {
 			t.Run(fmt.Sprintf("answer%d/chunk%d", ai, chunk), func(t *testing.T) {
 				t.Parallel()
 				m := testkit.NewScriptedModel(answer, []int{chunk})
-				m.Delay = 2 * time.Millisecond
+				m.Delay = 20 * time.Millisecond // long enough for several paced card updates
 				e := newE2E(t, testkit.StackOptions{Model: m})
 				e.push(t, feishufake.MessageEvent{MessageID: "om_m", ChatID: "oc_m", Text: "bbolt"})
 

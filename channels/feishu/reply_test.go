@@ -38,6 +38,7 @@ func msg(id string) channels.Message {
 // checkCards asserts the CardKit rules on every card the fake saw.
 func checkCards(t *testing.T, fake *feishufake.Server) {
 	t.Helper()
+	t.Logf("cards: %d, max operations per card per second: %d", len(fake.Cards()), fake.MaxOpsPerSecond())
 	assert.Zero(t, fake.SequenceViolations(), "sequence must increase strictly over all operations on a card")
 	assert.LessOrEqual(t, fake.MaxOpsPerSecond(), 10, "at most 10 operations per second per card")
 	assert.Empty(t, fake.MarkerViolations(), "no marker or partial marker may reach the platform")
