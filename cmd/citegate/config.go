@@ -54,6 +54,9 @@ type ChannelsConfig struct {
 		ClientID       string `yaml:"client_id"`
 		ClientSecret   string `yaml:"client_secret"`
 		CardTemplateID string `yaml:"card_template_id"`
+		CardContentKey string `yaml:"card_content_key"`
+		RobotCode      string `yaml:"robot_code"`
+		BotName        string `yaml:"bot_name"`
 		APIBaseURL     string `yaml:"api_base_url"`
 		StreamBaseURL  string `yaml:"stream_base_url"`
 	} `yaml:"dingtalk"`
@@ -134,6 +137,9 @@ func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
 	ch.DingTalk.ClientID = env("DINGTALK", "CLIENT_ID", ch.DingTalk.ClientID)
 	ch.DingTalk.ClientSecret = env("DINGTALK", "CLIENT_SECRET", ch.DingTalk.ClientSecret)
 	ch.DingTalk.CardTemplateID = env("DINGTALK", "CARD_TEMPLATE_ID", ch.DingTalk.CardTemplateID)
+	ch.DingTalk.CardContentKey = env("DINGTALK", "CARD_CONTENT_KEY", ch.DingTalk.CardContentKey)
+	ch.DingTalk.RobotCode = env("DINGTALK", "ROBOT_CODE", ch.DingTalk.RobotCode)
+	ch.DingTalk.BotName = env("DINGTALK", "BOT_NAME", ch.DingTalk.BotName)
 	ch.DingTalk.APIBaseURL = env("DINGTALK", "API_BASE_URL", ch.DingTalk.APIBaseURL)
 	ch.DingTalk.StreamBaseURL = env("DINGTALK", "STREAM_BASE_URL", ch.DingTalk.StreamBaseURL)
 	ch.WeChat.AppID = env("WECHAT", "APP_ID", ch.WeChat.AppID)

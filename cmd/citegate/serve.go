@@ -153,6 +153,7 @@ func buildChannels(cfg Config, log *slog.Logger) ([]channels.Channel, error) {
 	if c.DingTalk.ClientID != "" && c.DingTalk.ClientSecret != "" {
 		ch, err := dingtalk.New(dingtalk.Config{
 			ClientID: c.DingTalk.ClientID, ClientSecret: c.DingTalk.ClientSecret, CardTemplateID: c.DingTalk.CardTemplateID,
+			CardContentKey: c.DingTalk.CardContentKey, RobotCode: c.DingTalk.RobotCode, BotName: c.DingTalk.BotName,
 			APIBaseURL: c.DingTalk.APIBaseURL, StreamBaseURL: c.DingTalk.StreamBaseURL, Logger: log.With("channel", "dingtalk"),
 		})
 		if err != nil {
