@@ -48,6 +48,9 @@ func requireBrowser(t *testing.T) string {
 	t.Helper()
 	p := browserPath()
 	if p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("browser %s (CITEGATE_CHROMIUM): %v", p, err)
+		}
 		return p
 	}
 	if os.Getenv("CI") == "true" {

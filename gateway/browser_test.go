@@ -99,6 +99,7 @@ func assertAnswer(t *testing.T, a renderedAnswer, kbPrefix string) {
 // offline default stack, check superscripts and 来源, flash an entry, open an excerpt, share, and
 // read the share with JavaScript disabled.
 func TestBrowserChatShareFlow(t *testing.T) {
+	requireBrowser(t) // skip before building the stack when there is no browser
 	stack := newBrowserStack(t, nil)
 	browser := newBrowser(t)
 	tb := newTab(t, browser, false)
@@ -236,6 +237,7 @@ func TestBrowserChatShareFlow(t *testing.T) {
 // TestBrowserXSSInert stores hostile content the way a compromised model or tool could produce it
 // and checks that neither the desktop view nor the share page runs any of it.
 func TestBrowserXSSInert(t *testing.T) {
+	requireBrowser(t) // skip before building the stack when there is no browser
 	stack := newBrowserStack(t, nil)
 	ctx := context.Background()
 	sess, err := stack.Store.CreateSession(ctx, store.Session{UserID: stack.User.ID, Channel: "desktop", Title: `<img src=x onerror=window.__xss=3>`})
@@ -294,6 +296,7 @@ func TestBrowserXSSInert(t *testing.T) {
 // the server, markup not interpreted), the stop button cancels it and the bubble says so; a failed
 // run says that it failed and why.
 func TestBrowserCancelAndFailure(t *testing.T) {
+	requireBrowser(t) // skip before building the stack when there is no browser
 	stack := newBrowserStack(t, slowModel{})
 	browser := newBrowser(t)
 	tb := newTab(t, browser, false)
@@ -340,6 +343,7 @@ func TestBrowserCancelAndFailure(t *testing.T) {
 // while it shows that session it follows a run started in the first tab, ending with exactly one
 // rendered copy of each answer.
 func TestBrowserSecondTabFollowsRun(t *testing.T) {
+	requireBrowser(t) // skip before building the stack when there is no browser
 	stack := newBrowserStack(t, nil)
 	browser := newBrowser(t)
 	a, b := newTab(t, browser, false), newTab(t, browser, false)
