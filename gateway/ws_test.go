@@ -362,3 +362,61 @@ func TestServeGracefulShutdownClosesClients(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, websocket.CloseGoingAway, ce.Code)
 }
+
+// TestSlowClientDropped: a client whose queue overflows is closed and counted; the producer never
+// blocks.
+func TestSlowClientDropped(t *testing.T) {
+	e := newEnv(t)
+	c := &client{s: e.srv, user: store.User{ID: "u"}, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	frame := outFrame{data: []byte(`{"type":"answer.delta","text":"x"}`)}
+	start := time.Now()
+	for range maxQueuedFrames {
+		c.enqueue(frame)
+	}
+	select {
+	case <-c.done:
+		t.Fatal("dropped before the queue was full")
+	default:
+	}
+	c.enqueue(frame) // one too many: nobody is writing
+	assert.Less(t, time.Since(start), 5*time.Second, "enqueue never blocks")
+	select {
+	case <-c.done:
+	default:
+		t.Fatal("slow client not dropped")
+	}
+	c.mu.Lock()
+	assert.Empty(t, c.queue, "its pending frames are released")
+	c.mu.Unlock()
+	c.enqueue(frame) // after the drop: ignored
+	_, _, body := e.do("GET", "/metrics", "", nil)
+	assert.Equal(t, 1.0, metricValue(t, body, "citegate_websocket_dropped_total"))
+
+	// The byte bound applies too.
+	c2 := &client{s: e.srv, user: store.User{ID: "u"}, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	big := outFrame{data: make([]byte, maxQueuedBytes/2+1)}
+	c2.enqueue(big)
+	c2.enqueue(big)
+	select {
+	case <-c2.done:
+	default:
+		t.Fatal("byte bound not enforced")
+	}
+}
+
+// TestWSOversizedFrame: frames over the 64 KiB read limit close the connection with 1009 (the
+// protocol's answer; a chat message is at most 32 KiB, which gets an error frame instead).
+func TestWSOversizedFrame(t *testing.T) {
+	e := newEnv(t)
+	_, tok := e.user("alice")
+	ws := e.mustWS(tok)
+	require.NoError(t, ws.c.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat.send","text":"`+strings.Repeat("a", 70<<10)+`"}`)))
+	for f := range ws.frames {
+		t.Fatalf("unexpected frame %v", f)
+	}
+	// The reader goroutine saw the close; the server unregistered the client.
+	assert.Eventually(t, func() bool {
+		_, _, body := e.do("GET", "/metrics", "", nil)
+		return metricValue(t, body, "citegate_websocket_clients") == 0
+	}, 5*time.Second, 10*time.Millisecond)
+}
