@@ -49,6 +49,7 @@ type ChannelsConfig struct {
 		VerificationToken string `yaml:"verification_token"`
 		EncryptKey        string `yaml:"encrypt_key"`
 		BaseURL           string `yaml:"base_url"`
+		DisableCardKit    bool   `yaml:"disable_cardkit"`
 	} `yaml:"feishu"`
 	DingTalk struct {
 		ClientID       string `yaml:"client_id"`
@@ -134,6 +135,9 @@ func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
 	ch.Feishu.VerificationToken = env("FEISHU", "VERIFICATION_TOKEN", ch.Feishu.VerificationToken)
 	ch.Feishu.EncryptKey = env("FEISHU", "ENCRYPT_KEY", ch.Feishu.EncryptKey)
 	ch.Feishu.BaseURL = env("FEISHU", "BASE_URL", ch.Feishu.BaseURL)
+	if v := getenv("CITEGATE_FEISHU_DISABLE_CARDKIT"); v != "" {
+		ch.Feishu.DisableCardKit = v == "1" || strings.EqualFold(v, "true")
+	}
 	ch.DingTalk.ClientID = env("DINGTALK", "CLIENT_ID", ch.DingTalk.ClientID)
 	ch.DingTalk.ClientSecret = env("DINGTALK", "CLIENT_SECRET", ch.DingTalk.ClientSecret)
 	ch.DingTalk.CardTemplateID = env("DINGTALK", "CARD_TEMPLATE_ID", ch.DingTalk.CardTemplateID)

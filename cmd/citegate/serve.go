@@ -143,7 +143,7 @@ func buildChannels(cfg Config, log *slog.Logger) ([]channels.Channel, error) {
 		ch, err := feishu.New(feishu.Config{
 			AppID: c.Feishu.AppID, AppSecret: c.Feishu.AppSecret, Mode: c.Feishu.Mode,
 			VerificationToken: c.Feishu.VerificationToken, EncryptKey: c.Feishu.EncryptKey,
-			BaseURL: c.Feishu.BaseURL, Logger: log.With("channel", "feishu"),
+			BaseURL: c.Feishu.BaseURL, DisableCardKit: c.Feishu.DisableCardKit, Logger: log.With("channel", "feishu"),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("channels.feishu: %w", err)
