@@ -274,6 +274,7 @@ func BenchmarkDeltaLatency(b *testing.B) {
 			}
 		}
 	})
+	b.Run("gateway-separate-client-process", benchSeparateClients)
 	b.Run("baseline-bare-push", func(b *testing.B) {
 		// A bare gorilla server pushing the same number of small timestamped frames per connection
 		// from one goroutine each, as fast as it can: the floor for loopback websocket delivery.
