@@ -66,6 +66,7 @@ type Server struct {
 	hub       *hub
 	handler   http.Handler
 	unsub     func()
+	pongWait  time.Duration // websocket keepalive; a field so tests can shorten it
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter // user id → chat.send limiter
@@ -114,6 +115,7 @@ func New(cfg Config) (*Server, error) {
 		limiters:  make(map[string]*rate.Limiter),
 		limRate:   rate.Limit(float64(cfg.ChatRatePerMinute) / 60),
 		limBurst:  5,
+		pongWait:  defaultPongWait,
 	}
 	for _, o := range cfg.AllowedOrigins {
 		u, err := url.Parse(strings.TrimSpace(o))

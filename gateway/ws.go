@@ -20,10 +20,11 @@ import (
 )
 
 const (
-	writeWait     = 10 * time.Second
-	pongWait      = 60 * time.Second
-	pingPeriod    = pongWait * 9 / 10
-	maxFrameBytes = 64 << 10
+	writeWait = 10 * time.Second
+	// defaultPongWait is how long a connection may stay silent (no frame, no pong) before it is
+	// closed; pings go out at half of it, leaving a whole half for the pong to arrive.
+	defaultPongWait = 60 * time.Second
+	maxFrameBytes   = 64 << 10
 	// A client whose queue grows past these limits is too slow to follow its runs and is dropped;
 	// the queue itself only holds memory while frames are pending, so idle clients cost little.
 	maxQueuedFrames = 4096
@@ -144,7 +145,7 @@ func (c *client) sendError(code, msg, sessionID, clientMsgID string) {
 }
 
 func (c *client) writePump() {
-	ticker := time.NewTicker(pingPeriod)
+	ticker := time.NewTicker(c.s.pongWait / 2)
 	defer func() {
 		ticker.Stop()
 		_ = c.conn.Close()
@@ -186,14 +187,14 @@ func (c *client) writePump() {
 
 func (c *client) readPump(ctx context.Context) {
 	c.conn.SetReadLimit(maxFrameBytes)
-	_ = c.conn.SetReadDeadline(time.Now().Add(pongWait))
-	c.conn.SetPongHandler(func(string) error { return c.conn.SetReadDeadline(time.Now().Add(pongWait)) })
+	_ = c.conn.SetReadDeadline(time.Now().Add(c.s.pongWait))
+	c.conn.SetPongHandler(func(string) error { return c.conn.SetReadDeadline(time.Now().Add(c.s.pongWait)) })
 	for {
 		mt, data, err := c.conn.ReadMessage()
 		if err != nil {
 			return
 		}
-		_ = c.conn.SetReadDeadline(time.Now().Add(pongWait))
+		_ = c.conn.SetReadDeadline(time.Now().Add(c.s.pongWait))
 		if mt != websocket.TextMessage {
 			c.sendError(CodeBadRequest, "frames must be JSON text", "", "")
 			continue

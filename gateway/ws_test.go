@@ -421,3 +421,27 @@ func TestWSOversizedFrame(t *testing.T) {
 		return metricValue(t, body, "citegate_websocket_clients") == 0
 	}, 5*time.Second, 10*time.Millisecond)
 }
+
+// TestWSKeepalive: a client that answers pings stays connected past several pong waits; one that
+// never reads (so never answers) is closed once the wait expires.
+func TestWSKeepalive(t *testing.T) {
+	e := newEnv(t)
+	e.srv.pongWait = 300 * time.Millisecond
+	_, tok := e.user("alice")
+	alive := e.mustWS(tok) // its reader goroutine answers pings
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+tok)
+	silent, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(e.ts.URL, "http")+"/ws", h)
+	require.NoError(t, err)
+	defer silent.Close()
+
+	clients := func() float64 {
+		_, _, body := e.do("GET", "/metrics", "", nil)
+		return metricValue(t, body, "citegate_websocket_clients")
+	}
+	require.Eventually(t, func() bool { return clients() == 2 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // four pong waits
+	assert.Equal(t, 1.0, clients(), "the silent client was closed, the answering one kept")
+	alive.send(map[string]any{"type": "session.open", "sessionId": "x"})
+	assert.Equal(t, "error", alive.next()["type"], "the answering client still works")
+}
