@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -350,10 +351,7 @@ func titleOf(text string) string {
 	return line
 }
 
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
-}
+func itoa(n int) string { return strconv.Itoa(n) }
 
 // handleWS authenticates and upgrades. Cookie-authenticated upgrades must come from our own origin
 // (browsers attach cookies to cross-site websocket requests); Bearer clients are not browsers.
