@@ -49,7 +49,9 @@ type Config struct {
 	// Registry receives the gateway's metrics and is exposed at /metrics; nil → a new one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
-	Now      func() time.Time
+	// Now is the clock. Part of the contract for time-dependent behaviour; today every time the
+	// gateway shows comes from the store or the agent, so it is not consulted yet.
+	Now func() time.Time
 }
 
 // Server is the gateway. Create it with New; serve it with Serve or mount Handler.
@@ -58,7 +60,6 @@ type Server struct {
 	st        *store.Store
 	ag        *agent.Agent
 	log       *slog.Logger
-	now       func() time.Time
 	publicURL *url.URL
 	origins   map[string]bool // allowed Origins, lower-case scheme://host[:port]
 	reg       *prometheus.Registry
@@ -108,7 +109,6 @@ func New(cfg Config) (*Server, error) {
 		st:        cfg.Store,
 		ag:        cfg.Agent,
 		log:       cfg.Logger.With("component", "gateway"),
-		now:       cfg.Now,
 		publicURL: pu,
 		origins:   map[string]bool{strings.ToLower(pu.Scheme + "://" + pu.Host): true},
 		reg:       cfg.Registry,
