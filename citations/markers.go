@@ -163,6 +163,10 @@ type Stripper struct {
 
 // Push takes the next chunk and returns the text that can be shown now.
 func (s *Stripper) Push(chunk string) string {
+	// Fast path for most deltas: with nothing held back, a marker needs a '[' in this chunk.
+	if len(s.r.out) == 0 && strings.IndexByte(chunk, '[') < 0 {
+		return chunk
+	}
 	s.r.write(chunk)
 	out := s.r.out
 	// Walk back over the trailing segments that each begin with '[' and could still become a marker;
