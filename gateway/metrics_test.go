@@ -55,6 +55,12 @@ func TestHealthz(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 	assert.Equal(t, "no-store", hdr.Get("Cache-Control"))
 	assert.JSONEq(t, `{"status":"ok"}`, body)
+	for _, path := range []string{"/healthz", "/", "/s/unknown"} {
+		_, hdr, _ := e.do("GET", path, "", nil)
+		assert.Equal(t, "DENY", hdr.Get("X-Frame-Options"), path)
+		assert.Equal(t, "frame-ancestors 'none'", hdr.Get("Content-Security-Policy"), path)
+		assert.Equal(t, "nosniff", hdr.Get("X-Content-Type-Options"), path)
+	}
 
 	require.NoError(t, e.st.Close())
 	status, _, body = e.do("GET", "/healthz", "", nil)
