@@ -190,9 +190,13 @@ func (rs *runState) generate(msgs []ChatMessage) (resp ModelResponse, err error)
 	if err == nil && rs.roundText.Len() == 0 && resp.Text != "" {
 		onDelta(resp.Text)
 	}
-	// The round's text has ended: a held-back tail can no longer become a marker.
-	if out := rs.strip.Flush(); out != "" {
-		rs.a.emit(rs.h, Event{Type: EventAnswerDelta, Text: out})
+	// Subscribers see the text of all rounds as one stream, so a tail held back at the end of a round
+	// that calls tools could still join the next round's text into a marker ("[^1" + "^]"): keep it.
+	// Only when the text has ended for good (final round, or an error) is it released.
+	if err != nil || len(resp.ToolCalls) == 0 {
+		if out := rs.strip.Flush(); out != "" {
+			rs.a.emit(rs.h, Event{Type: EventAnswerDelta, Text: out})
+		}
 	}
 	return resp, err
 }
