@@ -1,7 +1,6 @@
 package dingtalk_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/citegate/citegate/channels/dingtalk"
 	dingtalkfake "github.com/citegate/citegate/channels/fakes/dingtalk"
 	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/internal/testkit"
 )
 
 // recorder is a channels.Handler that records what it receives.
@@ -44,29 +44,11 @@ func (r *recorder) next(t *testing.T) channels.Message {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink, so tests can assert what was (not) logged.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is one fake DingTalk plus a channel configured against it.
 type env struct {
 	fake *dingtalkfake.Server
 	ch   *dingtalk.Channel
-	logs *syncBuffer
+	logs *testkit.SyncBuffer
 	cfg  dingtalk.Config
 }
 
@@ -74,7 +56,7 @@ func newEnv(t *testing.T, mod func(*dingtalk.Config)) *env {
 	t.Helper()
 	fake := dingtalkfake.New(dingtalkfake.Options{DisconnectGrace: 200 * time.Millisecond})
 	t.Cleanup(fake.Close)
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	cfg := dingtalk.Config{
 		ClientID:         "ding-client",
 		ClientSecret:     "ding-secret",

@@ -1,7 +1,6 @@
 package feishu_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/channels/fakes/feishu"
 	"github.com/citegate/citegate/channels/feishu"
+	"github.com/citegate/citegate/internal/testkit"
 )
 
 // recorder is a channels.Handler that records what it is handed.
@@ -38,28 +38,10 @@ func (r *recorder) messages() []channels.Message {
 	return append([]channels.Message(nil), r.msgs...)
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type harness struct {
 	fake   *feishufake.Server
 	ch     *feishu.Channel
-	logs   *syncBuffer
+	logs   *testkit.SyncBuffer
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -67,9 +49,9 @@ type harness struct {
 }
 
 // newChannel builds a channel against fake; mutate adjusts the config.
-func newChannel(t *testing.T, fake *feishufake.Server, mutate func(*feishu.Config)) (*feishu.Channel, *syncBuffer) {
+func newChannel(t *testing.T, fake *feishufake.Server, mutate func(*feishu.Config)) (*feishu.Channel, *testkit.SyncBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	o := fake.Options()
 	cfg := feishu.Config{
 		AppID: o.AppID, AppSecret: o.AppSecret, BaseURL: fake.URL(),

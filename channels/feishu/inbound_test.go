@@ -15,6 +15,7 @@ import (
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/channels/fakes/feishu"
 	"github.com/citegate/citegate/channels/feishu"
+	"github.com/citegate/citegate/internal/testkit"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
@@ -184,7 +185,7 @@ func TestUnsupportedMessageTypesIgnored(t *testing.T) {
 }
 
 // webhookServer starts a webhook-mode channel behind an httptest server.
-func webhookServer(t *testing.T, fake *feishufake.Server, encryptKey string) (*recorder, string, *syncBuffer) {
+func webhookServer(t *testing.T, fake *feishufake.Server, encryptKey string) (*recorder, string, *testkit.SyncBuffer) {
 	t.Helper()
 	ch, logs := newChannel(t, fake, func(c *feishu.Config) {
 		c.Mode = feishu.ModeWebhook

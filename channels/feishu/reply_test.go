@@ -13,10 +13,11 @@ import (
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/channels/fakes/feishu"
 	"github.com/citegate/citegate/channels/feishu"
+	"github.com/citegate/citegate/internal/testkit"
 )
 
 // startedChannel is a webhook-mode channel after Start (no socket needed to test replies).
-func startedChannel(t *testing.T, fake *feishufake.Server, mutate func(*feishu.Config)) (*feishu.Channel, *syncBuffer) {
+func startedChannel(t *testing.T, fake *feishufake.Server, mutate func(*feishu.Config)) (*feishu.Channel, *testkit.SyncBuffer) {
 	t.Helper()
 	ch, logs := newChannel(t, fake, func(c *feishu.Config) {
 		c.Mode = feishu.ModeWebhook

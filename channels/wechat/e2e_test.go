@@ -26,7 +26,7 @@ type e2e struct {
 	ch     *Channel
 	api    *wechatfake.Server
 	client *wechatfake.Client
-	logs   *syncBuffer
+	logs   *testkit.SyncBuffer
 	cancel context.CancelFunc
 	// literalCaret: the answer holds "[^" that is not part of a marker (ordinary text by the
 	// grammar), so only complete markers are checked in the bytes sent.
@@ -35,7 +35,7 @@ type e2e struct {
 
 func newE2E(t *testing.T, opt testkit.StackOptions) *e2e {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if opt.Logger == nil {
 		opt.Logger = log

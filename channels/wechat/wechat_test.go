@@ -1,7 +1,6 @@
 package wechat
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"github.com/citegate/citegate/channels"
 	wechatfake "github.com/citegate/citegate/channels/fakes/wechat"
 	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/internal/testkit"
 )
 
 const (
@@ -28,24 +28,6 @@ const (
 	testToken  = "callback-token"
 	testOpenID = "oUser-openid-1"
 )
-
-// syncBuffer is a log sink shared by the HTTP server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // recorder is a channels.Handler that keeps what it receives.
 type recorder struct {
@@ -70,7 +52,7 @@ type harness struct {
 	api    *wechatfake.Server
 	client *wechatfake.Client
 	rec    *recorder
-	logs   *syncBuffer
+	logs   *testkit.SyncBuffer
 	hook   *httptest.Server
 }
 
@@ -80,7 +62,7 @@ func newHarness(t *testing.T, aesKey string, start bool) *harness {
 	t.Helper()
 	api := wechatfake.NewServer(testAppID, testSecret)
 	t.Cleanup(api.Close)
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	ch, err := New(Config{
 		AppID: testAppID, AppSecret: testSecret, Token: testToken, EncodingAESKey: aesKey,
 		APIBaseURL: api.URL,
@@ -146,7 +128,7 @@ func TestNewValidatesConfig(t *testing.T) {
 func TestStartRejectsBadCredentials(t *testing.T) {
 	api := wechatfake.NewServer(testAppID, "the-real-secret")
 	defer api.Close()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	ch, err := New(Config{AppID: testAppID, AppSecret: testSecret, Token: testToken, APIBaseURL: api.URL,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, err)
@@ -171,7 +153,7 @@ func TestStartUnreachableAPIKeepsSecretsOutOfErrors(t *testing.T) {
 	base := dead.URL
 	dead.Close()
 	ch, err := New(Config{AppID: testAppID, AppSecret: testSecret, Token: testToken, APIBaseURL: base,
-		Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))})
+		Logger: slog.New(slog.NewTextHandler(&testkit.SyncBuffer{}, nil))})
 	require.NoError(t, err)
 	err = ch.Start(context.Background(), &recorder{})
 	require.Error(t, err)

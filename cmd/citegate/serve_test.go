@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +13,8 @@ import (
 
 	wechatfake "github.com/citegate/citegate/channels/fakes/wechat"
 	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/internal/testkit"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -63,7 +44,7 @@ func TestServeWholeBinary(t *testing.T) {
 		"CITEGATE_SOURCES_FOOTER":      "true",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve"}, &stdout, &stderr, env(envs)) }()
 	defer func() {
