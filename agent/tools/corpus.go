@@ -66,14 +66,20 @@ type corpusDoc struct {
 	Doc
 	body      template.HTML // sanitised HTML of the document body
 	showTitle bool          // the body has no <h1> of its own
-	units     []unit        // the text split into lines/sentences for passage selection
+	blocks    []block       // the structural lines of the text (headings, items, table rows)
+	units     []unit        // the blocks split into sentences where too long, for passage selection
 }
 
-// unit is a line of a document's text (or a sentence of a long line) with its analysed terms.
+// unit is a block of a document's text (or a sentence of a long block) with its analysed terms.
+// section and header point at the units a passage starting here must repeat to make sense: the
+// heading it stands under and, for a table row, its table's header.
 type unit struct {
-	text  string
-	runes int
-	terms map[string]struct{}
+	text    string
+	kind    int
+	runes   int
+	section int // index of the governing heading unit, -1 if none
+	header  int // for a table row: index of its table's header unit, -1 if none
+	terms   map[string]struct{}
 }
 
 // Corpus is the local knowledge corpus: documents in memory, a bleve in-memory index over their
@@ -229,7 +235,7 @@ func markdownDoc(src, fallbackTitle string) (*corpusDoc, error) {
 		return nil, fmt.Errorf("markdown: %w", err)
 	}
 	body := sanitizer.SanitizeBytes(buf.Bytes())
-	return &corpusDoc{Doc: Doc{Title: title, Text: fragmentText(body)}, body: template.HTML(body), showTitle: true}, nil
+	return &corpusDoc{Doc: Doc{Title: title, Text: fragmentText(body)}, body: template.HTML(body), showTitle: true, blocks: docBlocks(body)}, nil
 }
 
 var sanitizer = bluemonday.UGCPolicy()
@@ -258,7 +264,7 @@ func htmlDoc(src, fallbackTitle string) (*corpusDoc, error) {
 		}
 	}
 	clean := sanitizer.SanitizeBytes(inner.Bytes())
-	return &corpusDoc{Doc: Doc{Title: cleanText(title), Text: fragmentText(clean)}, body: template.HTML(clean), showTitle: h1 == nil}, nil
+	return &corpusDoc{Doc: Doc{Title: cleanText(title), Text: fragmentText(clean)}, body: template.HTML(clean), showTitle: h1 == nil, blocks: docBlocks(clean)}, nil
 }
 
 // textDoc converts a plain-text document; a short first line is its title.
@@ -454,7 +460,12 @@ func (c *Corpus) buildIndex() error {
 	df := make(map[string]int)
 	total := 0
 	for _, d := range c.docs {
-		d.units = c.splitUnits(d.Text)
+		if len(d.blocks) == 0 {
+			for _, line := range strings.Split(d.Text, "\n") {
+				d.blocks = append(d.blocks, block{kind: unitText, text: line})
+			}
+		}
+		d.units = c.splitUnits(d.blocks)
 		for _, u := range d.units {
 			total++
 			for t := range u.terms {
@@ -486,29 +497,42 @@ func (c *Corpus) terms(s string) map[string]struct{} {
 	return out
 }
 
-// splitUnits splits text into lines, and lines longer than a passage into sentences (hard-cut
-// when a sentence alone is too long).
-func (c *Corpus) splitUnits(text string) []unit {
+// splitUnits turns blocks into units, splitting blocks longer than a passage into sentences
+// (hard-cut when a sentence alone is too long), and links each unit to its heading and table header.
+func (c *Corpus) splitUnits(blocks []block) []unit {
 	var out []unit
-	add := func(s string) {
+	section, header := -1, -1
+	add := func(kind int, s string) {
 		s = strings.TrimSpace(s)
 		if s == "" {
 			return
 		}
-		out = append(out, unit{text: s, runes: utf8.RuneCountInString(s), terms: c.terms(s)})
+		u := unit{text: s, kind: kind, runes: utf8.RuneCountInString(s), section: section, header: -1, terms: c.terms(s)}
+		switch kind {
+		case unitHeading:
+			u.section = -1
+			section, header = len(out), -1
+		case unitTableHeader:
+			header = len(out)
+		case unitTableRow:
+			u.header = header
+		default:
+			header = -1
+		}
+		out = append(out, u)
 	}
-	for _, line := range strings.Split(text, "\n") {
-		if utf8.RuneCountInString(line) <= maxPassageRunes {
-			add(line)
+	for _, b := range blocks {
+		if utf8.RuneCountInString(b.text) <= maxPassageRunes {
+			add(b.kind, b.text)
 			continue
 		}
-		for _, sent := range splitSentences(line) {
+		for _, sent := range splitSentences(b.text) {
 			for utf8.RuneCountInString(sent) > maxPassageRunes {
 				head, _ := truncateRunes(sent, maxPassageRunes)
-				add(head)
+				add(b.kind, head)
 				sent = sent[len(head):]
 			}
-			add(sent)
+			add(b.kind, sent)
 		}
 	}
 	return out
@@ -571,7 +595,9 @@ func (c *Corpus) Search(ctx context.Context, q string, max int) ([]SearchResult,
 
 // bestPassage picks the window of consecutive units (at most maxPassageRunes) that covers the
 // query's terms best, weighting rare terms higher; ties go to the earlier window, and a document
-// that matched only by title yields its opening.
+// that matched only by title yields its opening. A window that starts inside a section repeats the
+// section's heading, and one that starts inside a table repeats the table's header, so table rows
+// never reach the reader without their columns.
 func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 	// Only query terms that occur somewhere in the corpus can score.
 	type weighted struct {
@@ -586,42 +612,74 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 	}
 	// A fixed order keeps floating-point sums, and so tie-breaks, deterministic.
 	sort.Slice(terms, func(i, j int) bool { return terms[i].term < terms[j].term })
-	seen := make([]bool, len(terms))
-	bestStart, bestEnd, bestScore := 0, 0, -1.0
+	seen := make([]int, len(terms))
+	var best []int
+	bestScore := -1.0
+	window := make([]int, 0, 16)
 	for i := range d.units {
 		clear(seen)
-		score, size, j := 0.0, 0, i
-		for ; j < len(d.units); j++ {
+		window = append(window[:0], c.passagePrefix(d, i)...)
+		score, size := 0.0, 0
+		for _, k := range window {
+			size += d.units[k].runes + 1
+		}
+		for j := i; j < len(d.units); j++ {
 			add := d.units[j].runes
-			if j > i {
+			if len(window) > 0 {
 				add++ // the newline joining units
 			}
 			if size+add > maxPassageRunes && j > i {
 				break
 			}
 			size += add
-			for k, w := range terms {
-				if _, hit := d.units[j].terms[w.term]; !hit {
+			window = append(window, j)
+		}
+		maxIDF := 0.0
+		for _, k := range window {
+			for n, w := range terms {
+				maxIDF = max(maxIDF, w.idf)
+				if _, hit := d.units[k].terms[w.term]; !hit {
 					continue
 				}
-				if seen[k] {
-					score += 0.1 * w.idf // repeated mentions help a little
-					continue
+				switch seen[n] {
+				case 0:
+					score += w.idf
+				case 1:
+					// A second mention helps a little; more do not, or a long section that merely
+					// repeats the topic word would beat the one that answers.
+					score += 0.1 * w.idf
 				}
-				seen[k] = true
-				score += w.idf
+				seen[n]++
 			}
 		}
+		if last := window[len(window)-1]; last+1 < len(d.units) && d.units[last+1].kind == unitTableRow &&
+			(d.units[last].kind == unitTableRow || d.units[last].kind == unitTableHeader) {
+			score -= 0.05 * maxIDF // the window cuts a table: the rows it leaves out may be the answer
+		}
 		if score > bestScore {
-			bestStart, bestEnd, bestScore = i, j, score
+			best, bestScore = append(best[:0], window...), score
 		}
 	}
-	parts := make([]string, 0, bestEnd-bestStart)
-	for _, u := range d.units[bestStart:bestEnd] {
-		parts = append(parts, u.text)
+	parts := make([]string, 0, len(best))
+	for _, k := range best {
+		parts = append(parts, d.units[k].text)
 	}
 	s, _ := truncateRunes(strings.Join(parts, "\n"), maxPassageRunes)
 	return s
+}
+
+// passagePrefix lists the units a passage starting at unit i repeats first: the heading of its
+// section and, inside a table, the table's header.
+func (c *Corpus) passagePrefix(d *corpusDoc, i int) []int {
+	u := d.units[i]
+	var out []int
+	if u.section >= 0 && u.kind != unitHeading {
+		out = append(out, u.section)
+	}
+	if u.kind == unitTableRow && u.header >= 0 {
+		out = append(out, u.header)
+	}
+	return out
 }
 
 // Lookup maps a URL under publicURL + "/kb/" to its document. Scheme and host compare
