@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,8 @@ const (
 	extractiveMaxSentences = 3
 	// extractiveMinScore is the share of the question's terms a sentence must contain.
 	extractiveMinScore = 0.25
+	// extractiveSingleTermScore is the share a sentence matching a single question term must reach.
+	extractiveSingleTermScore = 0.4
 	// extractiveChunkRunes is the size of streamed deltas, small so streaming paths are exercised.
 	extractiveChunkRunes = 3
 	maxQueryRunes        = 200
@@ -167,7 +170,8 @@ type scored struct {
 // isMetaSentence reports sentences about the document rather than its subject ("本文说明…",
 // "This guide explains…") and cross-references ("见《…》", "see the … guide"), which answer nothing.
 func isMetaSentence(s string) bool {
-	for _, p := range []string{"本文", "本指南", "本页", "本制度", "本规定", "本手册", "this article", "this guide", "this page", "this document"} {
+	for _, p := range []string{"本文", "本指南", "本页", "本制度", "本规定", "本手册", "本标准", "本流程", "本办法",
+		"this article", "this guide", "this page", "this document", "these rules", "this policy"} {
 		if strings.HasPrefix(strings.ToLower(s), p) {
 			return true
 		}
@@ -182,35 +186,57 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 		return pick(zh, "检索失败："+msg+"。暂时无法根据资料回答这个问题。", "The search failed: "+msg+". I cannot answer from sources right now.")
 	}
 	notFound := pick(zh, "没有在检索到的资料中找到与该问题直接相关的内容。", "I could not find anything directly relevant to this question in the retrieved sources.")
-	qTerms := terms(question)
+	qTerms := terms(zhQuestionPhrases.Replace(question))
 	if len(qTerms) == 0 {
 		return notFound
 	}
 	need := min(2, len(qTerms))
 
-	type sentence struct {
-		text  string
-		ref   int
-		order int
-		terms map[string]bool
+	type candidate struct {
+		text    string
+		ref     int
+		order   int
+		terms   map[string]bool
+		context map[string]bool // terms of the section heading
+		title   map[string]bool // terms of the document title
+		step    bool
+		hasNum  bool
+		hasUnit bool
 	}
-	var sents []sentence
+	want := quantityWanted(question)
+	howTo := asksHow(question)
+	titleTerms := map[string]map[string]bool{}
+	for _, p := range passages {
+		if titleTerms[p.title] == nil {
+			titleTerms[p.title] = terms(p.title)
+		}
+	}
+	var sents []candidate
 	seen := map[string]bool{}
 	for _, p := range passages {
-		for _, s := range splitSentences(p.content) {
+		for _, s := range passageSentences(p.content) {
 			// Questions (FAQ headings) and lead-ins to a list ("…计算：") answer nothing by themselves.
-			if seen[s] || strings.HasSuffix(s, "？") || strings.HasSuffix(s, "?") || strings.HasSuffix(s, "：") || strings.HasSuffix(s, ":") {
+			if seen[s.text] || strings.HasSuffix(s.text, "？") || strings.HasSuffix(s.text, "?") || strings.HasSuffix(s.text, "：") || strings.HasSuffix(s.text, ":") {
 				continue
 			}
-			seen[s] = true
-			sents = append(sents, sentence{text: s, ref: p.ref, order: len(sents), terms: terms(s)})
+			seen[s.text] = true
+			num, unit := want.match(s.text)
+			// The document's title and the section heading say what a sentence is about.
+			sents = append(sents, candidate{text: s.text, ref: p.ref, order: len(sents), terms: terms(s.text), context: terms(s.context), title: titleTerms[p.title], step: s.step, hasNum: num, hasUnit: unit})
 		}
 	}
 	// Terms are weighted by how rare they are among the retrieved sentences, so the words that
 	// distinguish the question ("写错") count more than the topic every result shares ("发票").
+	// The order of the terms is fixed so that floating-point sums, and so the answer, are
+	// deterministic.
+	qList := make([]string, 0, len(qTerms))
+	for t := range qTerms {
+		qList = append(qList, t)
+	}
+	slices.Sort(qList)
 	weight := make(map[string]float64, len(qTerms))
 	total := 0.0
-	for t := range qTerms {
+	for _, t := range qList {
 		df := 0
 		for _, s := range sents {
 			if s.terms[t] {
@@ -222,16 +248,38 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 	}
 	var cands []scored
 	for _, s := range sents {
-		hit, sum := 0, 0.0
-		for t := range qTerms {
-			if s.terms[t] {
+		hit, ctxHit, sum := 0, 0, 0.0
+		for _, t := range qList {
+			switch {
+			case s.terms[t]:
 				hit++
 				sum += weight[t]
+			case s.context[t]:
+				// The heading says what the sentence is about ("## 自助重置密码" over "输入域账号…").
+				ctxHit++
+				sum += 0.5 * weight[t]
+			case s.title[t]:
+				// The title says so too, but for every sentence of the document alike.
+				ctxHit++
+				sum += 0.25 * weight[t]
 			}
 		}
 		score := sum / total
-		if hit < need || score < extractiveMinScore {
+		// One term of several is enough only when it is the question's distinctive one ("USB").
+		if hit == 0 || (2*hit+ctxHit < 2*need && score < extractiveSingleTermScore) || score < extractiveMinScore {
 			continue
+		}
+		// A question after an amount ("几天", "多少钱", "how many days") is answered by a figure,
+		// best one in the unit asked for.
+		switch {
+		case s.hasUnit:
+			score += 0.3
+		case s.hasNum:
+			score += 0.15
+		}
+		// "怎么申请", "how do I reset": the steps of a procedure answer it.
+		if howTo && s.step {
+			score += 0.2
 		}
 		cands = append(cands, scored{text: s.text, ref: s.ref, score: score, order: s.order, meta: isMetaSentence(s.text)})
 	}
@@ -270,16 +318,62 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 	return b.String()
 }
 
-// splitSentences cuts a passage into sentences, CJK-aware: after 。！？；!?; and ". ", and at line
-// breaks. Markdown decoration is removed so the sentences read as plain text.
+// sentence is one statement of a passage; context is the heading it stands under, whose terms
+// count for a little when the sentence itself does not repeat them.
+type sentence struct {
+	text    string
+	context string
+	step    bool // from a numbered list item: a step of a procedure
+}
+
+// splitSentences cuts a passage into plain-text sentences; see passageSentences.
 func splitSentences(text string) []string {
 	var out []string
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "#") {
-			continue // a heading names a topic; it states nothing
+	for _, s := range passageSentences(text) {
+		out = append(out, s.text)
+	}
+	return out
+}
+
+// passageSentences cuts a passage into sentences, CJK-aware: after 。！？；!?; and ". ", and at line
+// breaks. Markdown decoration is removed so the sentences read as plain text. Headings (and short
+// heading-like lines) state nothing themselves but become the context of what follows them. A
+// Markdown table row becomes one self-contained sentence that names its columns ("住宿标准：一类：
+// 北京…，普通员工 600 元，经理及以上 800 元。"), because "| 600 元 | 800 元 |" alone answers nothing.
+func passageSentences(text string) []sentence {
+	var out []sentence
+	heading := ""
+	var header []string
+	lines := strings.Split(text, "\n")
+	for i := 0; i < len(lines); i++ {
+		raw := strings.TrimSpace(lines[i])
+		if strings.HasPrefix(raw, "#") {
+			heading, header = cleanLine(raw), nil
+			continue
 		}
-		line = cleanLine(line)
-		if line == "" || looksLikeHeading(line) {
+		if strings.HasPrefix(raw, "|") {
+			cells := tableCells(raw)
+			if isSeparatorRow(cells) {
+				continue
+			}
+			if i+1 < len(lines) && isSeparatorRow(tableCells(strings.TrimSpace(lines[i+1]))) {
+				header = cells
+				i++
+				continue
+			}
+			if s := rowSentence(heading, header, cells); s != "" {
+				out = append(out, sentence{text: s, context: heading})
+			}
+			continue
+		}
+		header = nil
+		line := cleanLine(raw)
+		step := numberedItem.MatchString(raw)
+		if line == "" {
+			continue
+		}
+		if looksLikeHeading(line) {
+			heading = line
 			continue
 		}
 		start := 0
@@ -293,15 +387,103 @@ func splitSentences(text string) []string {
 				end = i+1 == len(rs) || rs[i+1] == ' '
 			}
 			if end {
-				out = appendSentence(out, string(rs[start:i+1]))
+				out = appendSentence(out, sentence{text: string(rs[start : i+1]), context: heading, step: step})
 				start = i + 1
 			}
 		}
 		if start < len(rs) {
-			out = appendSentence(out, string(rs[start:]))
+			out = appendSentence(out, sentence{text: string(rs[start:]), context: heading, step: step})
 		}
 	}
 	return out
+}
+
+// tableCells splits a Markdown table row into its trimmed cells; "\|" is a pipe inside a cell.
+func tableCells(row string) []string {
+	row = strings.TrimSpace(row)
+	row = strings.TrimPrefix(row, "|")
+	if strings.HasSuffix(row, "|") && !strings.HasSuffix(row, `\|`) {
+		row = row[:len(row)-1]
+	}
+	var cells []string
+	var cur strings.Builder
+	for i := 0; i < len(row); i++ {
+		switch {
+		case row[i] == '\\' && i+1 < len(row) && row[i+1] == '|':
+			cur.WriteByte('|')
+			i++
+		case row[i] == '|':
+			cells = append(cells, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		default:
+			cur.WriteByte(row[i])
+		}
+	}
+	return append(cells, strings.TrimSpace(cur.String()))
+}
+
+func isSeparatorRow(cells []string) bool {
+	for _, c := range cells {
+		if c == "" || strings.Trim(c, "-: ") != "" {
+			return false
+		}
+	}
+	return len(cells) > 0
+}
+
+// genericColumns are column names that only say "the value": a two-column table under them reads
+// best as "key: value".
+var genericColumns = map[string]bool{
+	"内容": true, "说明": true, "备注": true, "值": true, "描述": true, "做法": true, "处理方法": true, "解决方法": true,
+	"value": true, "description": true, "details": true, "what to do": true, "action": true, "notes": true, "answer": true,
+}
+
+// rowSentence writes a table row as one sentence: the section heading, the row's first cell, then
+// each further cell after its column name. Without a header the cells are simply joined.
+func rowSentence(heading string, header, cells []string) string {
+	for i := range cells {
+		cells[i] = stripInline(cells[i])
+	}
+	zh := hasHan(heading + strings.Join(header, "") + strings.Join(cells, ""))
+	colon, comma, stop := "：", "，", "。"
+	if !zh {
+		colon, comma, stop = ": ", "; ", "."
+	}
+	trimEnd := func(s string) string { return strings.TrimRight(s, "。.；;，, ") }
+	var parts []string
+	for i, c := range cells {
+		if c == "" {
+			continue
+		}
+		c = trimEnd(c)
+		h := ""
+		if i < len(header) {
+			h = stripInline(header[i])
+		}
+		switch {
+		case i == 0 || h == "":
+			parts = append(parts, c)
+		case len(cells) == 2 && len(parts) > 0 && genericColumns[strings.ToLower(h)]:
+			parts[len(parts)-1] += colon + c
+			continue
+		case zh && c != "" && (c[0] < 0x80):
+			parts = append(parts, h+" "+c) // "普通员工 600 元"
+		default:
+			parts = append(parts, h+colon+c)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	s := strings.Join(parts, comma)
+	if len(header) == 0 {
+		// A bare row: its cells are all there is.
+		s = strings.Join(parts, pick(zh, "，", ", "))
+	}
+	if heading != "" {
+		s = heading + colon + s
+	}
+	return s + stop
 }
 
 // looksLikeHeading reports a short line without sentence punctuation or figures, such as a section
@@ -313,23 +495,23 @@ func looksLikeHeading(line string) bool {
 	return !strings.ContainsAny(line, "。！？；，,.!?;：:0123456789")
 }
 
-func appendSentence(out []string, s string) []string {
-	s = strings.TrimSpace(s)
-	if utf8.RuneCountInString(s) < 4 {
+func appendSentence(out []sentence, s sentence) []sentence {
+	s.text = strings.TrimSpace(s.text)
+	if utf8.RuneCountInString(s.text) < 4 {
 		return out
 	}
 	return append(out, s)
 }
+
+var numberedItem = regexp.MustCompile(`^\d{1,3}[.)、] ?`)
 
 // cleanLine strips Markdown decoration: headings, list bullets, emphasis, code ticks and table
 // pipes (a table row becomes its cells joined by commas; separator rows vanish).
 func cleanLine(line string) string {
 	line = strings.TrimSpace(line)
 	if strings.HasPrefix(line, "|") {
-		cells := strings.Split(strings.Trim(line, "|"), "|")
 		var keep []string
-		for _, c := range cells {
-			c = strings.TrimSpace(c)
+		for _, c := range tableCells(line) {
 			if strings.Trim(c, "-: ") == "" {
 				continue
 			}
@@ -345,12 +527,24 @@ func cleanLine(line string) string {
 	if i := strings.Index(line, ". "); i > 0 && i <= 3 && strings.Trim(line[:i], "0123456789") == "" {
 		line = line[i+2:]
 	}
-	line = strings.NewReplacer("**", "", "__", "", "`", "").Replace(line)
-	return strings.TrimSpace(line)
+	return stripInline(line)
+}
+
+// stripInline removes inline Markdown emphasis and code ticks.
+func stripInline(s string) string {
+	return strings.TrimSpace(strings.NewReplacer("**", "", "__", "", "`", "").Replace(s))
 }
 
 // Han characters that carry little meaning in a question; bigrams containing them are ignored.
-const hanFunctionChars = "的了吗呢吧啊么是在和与或及我你他她它们这那哪个怎什几有"
+const hanFunctionChars = "的了吗呢吧啊么是在和与或及我你他她它们这那哪个怎什几有能要可"
+
+// zhQuestionPhrases only phrase a question; they are cut out before the question's terms are
+// taken, so that they neither count as terms nor glue their neighbours into bigrams that occur
+// nowhere ("订多", "久到").
+var zhQuestionPhrases = strings.NewReplacer(
+	"多长时间", " ", "多久", " ", "多少", " ", "多长", " ", "怎么办", " ", "怎么", " ", "怎样", " ", "如何", " ",
+	"什么", " ", "是否", " ", "能不能", " ", "可不可以", " ", "可以吗", " ", "有没有", " ", "为什么", " ", "请问", " ",
+)
 
 var latinStopwords = map[string]bool{
 	"the": true, "an": true, "is": true, "are": true, "was": true, "were": true, "be": true,
@@ -361,6 +555,7 @@ var latinStopwords = map[string]bool{
 	"this": true, "that": true, "with": true, "about": true, "from": true, "by": true, "at": true,
 	"as": true, "if": true, "there": true, "get": true, "please": true, "need": true, "have": true,
 	"has": true, "will": true, "would": true, "any": true, "some": true, "into": true, "after": true,
+	"use": true, "i": true, "am": true, "not": true, "much": true, "many": true, "long": true,
 }
 
 // terms returns the scoring terms of s: character bigrams of Han text (a lone Han character counts
@@ -418,6 +613,96 @@ func terms(s string) map[string]bool {
 func hasHan(s string) bool {
 	for _, r := range s {
 		if unicode.Is(unicode.Han, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// quantity is what an amount question asks for: a figure, and possibly the units it comes in.
+type quantity struct {
+	number bool
+	units  []string
+}
+
+// quantityWanted reads what amount, if any, a question asks for: "年假有几天" wants a figure in
+// 天, "差旅住宿标准是多少" any figure, "how long is the session" a duration.
+func quantityWanted(q string) quantity {
+	lq := strings.ToLower(q)
+	durations := []string{"分钟", "小时", "天", "工作日", "周", "个月", "年", "minute", "hour", "day", "week", "month", "year"}
+	for _, w := range []string{"多久", "多长时间", "多长", "how long", "what time", "几点", "when"} {
+		if strings.Contains(lq, w) {
+			return quantity{number: true, units: durations}
+		}
+	}
+	zhUnits := map[string][]string{
+		"钱": {"元"}, "元": {"元"}, "块": {"元"}, "天": {"天"}, "小时": {"小时"}, "分钟": {"分钟"}, "个月": {"个月"}, "月": {"月"},
+		"年": {"年"}, "周": {"周"}, "次": {"次"}, "位": {"位"}, "台": {"台"}, "人": {"人"}, "个工作日": {"工作日"}, "公里": {"公里"},
+	}
+	for _, w := range []string{"几", "多少"} {
+		i := strings.Index(lq, w)
+		if i < 0 {
+			continue
+		}
+		rest := lq[i+len(w):]
+		// The longest unit word right after the question word wins ("个工作日" over "个").
+		var best string
+		for u := range zhUnits {
+			if strings.HasPrefix(rest, u) && len(u) > len(best) {
+				best = u
+			}
+		}
+		return quantity{number: true, units: zhUnits[best]}
+	}
+	for _, w := range []string{"how many ", "how much "} {
+		i := strings.Index(lq, w)
+		if i < 0 {
+			continue
+		}
+		next := strings.Fields(lq[i+len(w):])
+		if len(next) > 0 && w == "how many " {
+			u := strings.TrimRight(next[0], "?.!,")
+			if len(u) > 3 && strings.HasSuffix(u, "s") {
+				u = u[:len(u)-1]
+			}
+			return quantity{number: true, units: []string{u}}
+		}
+		return quantity{number: true}
+	}
+	return quantity{}
+}
+
+// match reports whether s holds a figure, and whether one is followed by a wanted unit
+// ("5 天", "600 元", "30 minutes").
+func (q quantity) match(s string) (number, unit bool) {
+	if !q.number {
+		return false, false
+	}
+	ls := strings.ToLower(s)
+	for i, r := range ls {
+		if r < '0' || r > '9' {
+			continue
+		}
+		number = true
+		j := i
+		for j < len(ls) && (ls[j] >= '0' && ls[j] <= '9' || ls[j] == '.' || ls[j] == ',') {
+			j++
+		}
+		rest := strings.TrimLeft(ls[j:], " ")
+		for _, u := range q.units {
+			if strings.HasPrefix(rest, u) {
+				return true, true
+			}
+		}
+	}
+	return number, false
+}
+
+// asksHow reports a question after a procedure.
+func asksHow(q string) bool {
+	lq := strings.ToLower(q)
+	for _, w := range []string{"怎么", "怎样", "如何", "步骤", "流程", "how do", "how to", "how can", "steps"} {
+		if strings.Contains(lq, w) && !strings.Contains(lq, "怎么办") {
 			return true
 		}
 	}

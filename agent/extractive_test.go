@@ -52,7 +52,17 @@ func TestSplitSentences(t *testing.T) {
 		{"## 处理原则\n- **红冲**是指开具负数发票；原发票失效", []string{"红冲是指开具负数发票；", "原发票失效"}},
 		{"处理原则\n满 1 年不满 10 年 5 天", []string{"满 1 年不满 10 年 5 天"}},
 		{"Reset it first. Then log in again! Version 1.2 works", []string{"Reset it first.", "Then log in again!", "Version 1.2 works"}},
-		{"| 项目 | 内容 |\n| --- | --- |\n| 名称（抬头） | 云杉科技有限公司 |", []string{"项目，内容", "名称（抬头），云杉科技有限公司"}},
+		// A table row becomes one sentence naming its columns; the header itself states nothing.
+		{"| 项目 | 内容 |\n| --- | --- |\n| 名称（抬头） | 云杉科技有限公司 |", []string{"名称（抬头）：云杉科技有限公司。"}},
+		{"## 住宿标准\n| 城市类别 | 普通员工 | 经理及以上 |\n| --- | --- | --- |\n| 一类：北京 | 600 元 | 800 元 |\n| 三类：其他城市 | 350 元 | 450 元 |",
+			[]string{"住宿标准：一类：北京，普通员工 600 元，经理及以上 800 元。", "住宿标准：三类：其他城市，普通员工 350 元，经理及以上 450 元。"}},
+		{"## Troubleshooting\n| Symptom | What to do |\n| --- | --- |\n| No MFA prompt | Refresh the app. |\n| Pipe \\| cell | Escape it. |",
+			[]string{"Troubleshooting: No MFA prompt: Refresh the app.", "Troubleshooting: Pipe | cell: Escape it."}},
+		{"| Level | Examples | Rules |\n| --- | --- | --- |\n| Public | Press releases | May be shared freely. |",
+			[]string{"Public; Examples: Press releases; Rules: May be shared freely."}},
+		// Rows without a header (the passage began below it) keep their cells.
+		{"| 满 20 年 | 15 天 |", []string{"满 20 年，15 天。"}},
+		{"## 出差补贴\n- 伙食补贴：每天 100 元。\n\n2. 第二步，提交申请", []string{"伙食补贴：每天 100 元。", "第二步，提交申请"}},
 		{"1. 联系开票方说明情况。\n短", []string{"联系开票方说明情况。"}},
 	}
 	for _, tc := range tests {

@@ -618,7 +618,10 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 	window := make([]int, 0, 16)
 	for i := range d.units {
 		clear(seen)
+		// The repeated heading and table header are shown but not scored: the window that starts
+		// at the heading itself scores them, and ties go to the earlier window.
 		window = append(window[:0], c.passagePrefix(d, i)...)
+		prefix := len(window)
 		score, size := 0.0, 0
 		for _, k := range window {
 			size += d.units[k].runes + 1
@@ -635,7 +638,7 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 			window = append(window, j)
 		}
 		maxIDF := 0.0
-		for _, k := range window {
+		for _, k := range window[prefix:] {
 			for n, w := range terms {
 				maxIDF = max(maxIDF, w.idf)
 				if _, hit := d.units[k].terms[w.term]; !hit {
@@ -652,11 +655,24 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 				seen[n]++
 			}
 		}
+		// A window that opens with a heading naming the question's terms is that section.
+		if d.units[i].kind == unitHeading {
+			for _, w := range terms {
+				if _, hit := d.units[i].terms[w.term]; hit {
+					score += 0.3 * w.idf
+				}
+			}
+		}
 		if last := window[len(window)-1]; last+1 < len(d.units) && d.units[last+1].kind == unitTableRow &&
 			(d.units[last].kind == unitTableRow || d.units[last].kind == unitTableHeader) {
-			score -= 0.05 * maxIDF // the window cuts a table: the rows it leaves out may be the answer
+			score -= 0.15 * maxIDF // the window cuts a table: the rows it leaves out may be the answer
 		}
-		if score > bestScore {
+		if i > 0 && (d.units[i].kind == unitItem && d.units[i-1].kind == unitItem ||
+			d.units[i].kind == unitTableRow && d.units[i-1].kind == unitTableRow) {
+			score -= 0.15 * maxIDF // it starts in the middle of a list or table: steps 1–3 matter too
+		}
+		// Sums of the same terms in another order differ in the last bits; only a real gain wins.
+		if score > bestScore+1e-9 {
 			best, bestScore = append(best[:0], window...), score
 		}
 	}
