@@ -160,11 +160,12 @@ func parseSearchResult(content string) ([]passage, string) {
 }
 
 type scored struct {
-	text  string
-	ref   int
-	score float64
-	order int // result order, then sentence order: ties keep the search ranking
-	meta  bool
+	text   string
+	ref    int
+	score  float64
+	order  int // result order, then sentence order: ties keep the search ranking
+	meta   bool
+	figure int // 2: a figure in the unit asked for, 1: some figure, 0: none (or no amount asked)
 }
 
 // isMetaSentence reports sentences about the document rather than its subject ("本文说明…",
@@ -281,7 +282,13 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 		if howTo && s.step {
 			score += 0.2
 		}
-		cands = append(cands, scored{text: s.text, ref: s.ref, score: score, order: s.order, meta: isMetaSentence(s.text)})
+		fig := 0
+		if s.hasUnit {
+			fig = 2
+		} else if s.hasNum {
+			fig = 1
+		}
+		cands = append(cands, scored{text: s.text, ref: s.ref, score: score, order: s.order, meta: isMetaSentence(s.text), figure: fig})
 	}
 	if len(cands) == 0 {
 		return notFound
@@ -289,6 +296,10 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 	// Sentences about the document only serve when nothing else matched.
 	if slices.ContainsFunc(cands, func(c scored) bool { return !c.meta }) {
 		cands = slices.DeleteFunc(cands, func(c scored) bool { return c.meta })
+	}
+	// An amount question is answered by the sentences that give one, in the unit asked for if any do.
+	if best := slices.MaxFunc(cands, func(a, b scored) int { return cmp.Compare(a.figure, b.figure) }).figure; best > 0 {
+		cands = slices.DeleteFunc(cands, func(c scored) bool { return c.figure < best })
 	}
 	slices.SortStableFunc(cands, func(a, b scored) int {
 		if c := cmp.Compare(b.score, a.score); c != 0 {

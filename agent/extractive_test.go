@@ -91,6 +91,38 @@ func TestCompose(t *testing.T) {
 			want: "根据检索到的资料：\n\n抬头写错时应先红冲原发票。[^4^]",
 		},
 		{
+			name: "table rows answer an amount question", question: "差旅住宿标准是多少",
+			ps:   []passage{{ref: 1, title: "国内差旅标准", content: "本标准适用于员工因公在国内出差期间的交通、住宿和补贴。\n## 住宿标准（每间每晚上限）\n| 城市类别 | 普通员工 | 经理及以上 |\n| --- | --- | --- |\n| 一类：北京、上海 | 600 元 | 800 元 |\n| 三类：其他城市 | 350 元 | 450 元 |\n同性别员工同行出差的原则上两人一间。"}},
+			want: "根据检索到的资料：\n\n住宿标准（每间每晚上限）：一类：北京、上海，普通员工 600 元，经理及以上 800 元。[^1^]\n住宿标准（每间每晚上限）：三类：其他城市，普通员工 350 元，经理及以上 450 元。[^1^]",
+		},
+		{
+			name: "figures in the unit asked for win", question: "年假有几天？",
+			ps:   []passage{{ref: 2, title: "年假规定", content: "公司为员工安排带薪年假。\n## 年假天数\n| 累计工作年限 | 法定年假 |\n| --- | --- |\n| 满 1 年不满 10 年 | 5 天 |\n年假申请至少提前 3 个工作日。"}},
+			want: "根据检索到的资料：\n\n年假天数：满 1 年不满 10 年，法定年假 5 天。[^2^]",
+		},
+		{
+			name: "steps answer a how-question, under their heading", question: "How do I reset my password?",
+			ps:   []passage{{ref: 5, title: "Password Guide", content: "Passwords expire every 90 days.\n## Reset your password\n1. Open the password portal.\n2. Enter the code from the text message.\n3. Choose a new password.\nCall IT if you are stuck."}},
+			want: "Based on the retrieved sources:\n\nOpen the password portal.[^5^]\nChoose a new password.[^5^]",
+		},
+		{
+			name: "each sentence cites its own source", question: "出差伙食补贴多少钱",
+			ps: []passage{
+				{ref: 3, title: "费用报销流程", content: "差旅报销须关联出差申请。\n出差补贴随差旅报销单一并发放，伙食补贴不另行申请。"},
+				{ref: 7, order: 1, title: "国内差旅标准", content: "## 出差补贴\n- 伙食补贴：每天 100 元，无需发票。\n- 客户已安排餐食的，当天伙食补贴减半。"},
+			},
+			// The amount question keeps the sentence with the amount, from the source that states it.
+			want: "根据检索到的资料：\n\n伙食补贴：每天 100 元，无需发票。[^7^]",
+		},
+		{
+			name: "two sources, each cited for its own sentence", question: "发票抬头写错了能报销吗",
+			ps: []passage{
+				{ref: 3, title: "费用报销流程", content: "## 发票要求\n- 抬头写错的发票需先红冲再重开，不能直接报销。\n- 同一张发票只能报销一次。"},
+				{ref: 7, order: 1, title: "电子发票抬头开错了怎么办", content: "抬头写错时，先申请红冲原发票，再按正确抬头重新开具。\n如有疑问，请联系财务共享中心。"},
+			},
+			want: "根据检索到的资料：\n\n抬头写错的发票需先红冲再重开，不能直接报销。[^3^]\n抬头写错时，先申请红冲原发票，再按正确抬头重新开具。[^7^]",
+		},
+		{
 			name: "nothing relevant", question: "火星探测器用什么推进剂？", ps: []passage{invoice, leave},
 			want: "没有在检索到的资料中找到与该问题直接相关的内容。",
 		},
@@ -112,6 +144,35 @@ func TestCompose(t *testing.T) {
 			assert.Equal(t, tc.want, compose(tc.question, hasHan(tc.question), tc.ps, tc.errs))
 		})
 	}
+}
+
+func TestQuantityWanted(t *testing.T) {
+	tests := []struct {
+		q      string
+		number bool
+		units  []string
+	}{
+		{"年假有几天？", true, []string{"天"}},
+		{"出差伙食补贴多少钱", true, []string{"元"}},
+		{"差旅住宿标准是多少", true, nil},
+		{"审批要几个工作日", true, []string{"工作日"}},
+		{"How many days of leave do I get?", true, []string{"day"}},
+		{"How much is the meal allowance?", true, nil},
+		{"电子发票抬头写错了怎么办？", false, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.q, func(t *testing.T) {
+			got := quantityWanted(tc.q)
+			assert.Equal(t, tc.number, got.number)
+			assert.Equal(t, tc.units, got.units)
+		})
+	}
+	num, unit := quantityWanted("年假有几天？").match("满 10 年，法定年假 10 天")
+	assert.True(t, num)
+	assert.True(t, unit)
+	num, unit = quantityWanted("年假有几天？").match("至少提前 3 个工作日")
+	assert.True(t, num)
+	assert.False(t, unit)
 }
 
 func TestParseSearchResult(t *testing.T) {
