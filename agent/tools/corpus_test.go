@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -88,6 +89,8 @@ func TestLocalSearchRanking(t *testing.T) {
 		{"USB drives", "data-security", "USB"},
 		{"guest wifi code for visitors", "office-wifi", "Guest"},
 		{"reporting a security incident", "data-security", "incident"},
+		// The password guide has an English version for English questions.
+		{"how do I reset my password?", "password-reset-en", "password.example.com"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {
@@ -114,6 +117,56 @@ func TestLocalSearchPassageIsRelevantPart(t *testing.T) {
 	assert.NotContains(t, res[0].Content, "职工带薪年休假条例", "the passage is the matching section, not the opening")
 	full, _ := c.Lookup(res[0].URL)
 	assert.Less(t, utf8.RuneCountInString(res[0].Content), utf8.RuneCountInString(full.Text))
+}
+
+// TestPassageKeepsStructure checks that passages carry headings, list items and table rows as
+// light Markdown, with every row under its table's header, so readers can pair cells with columns.
+func TestPassageKeepsStructure(t *testing.T) {
+	c := loadSample(t)
+	res, err := c.Search(context.Background(), "差旅住宿标准是多少", 1)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	got := res[0].Content
+	assert.Contains(t, got, "## 住宿标准（每间每晚上限）\n| 城市类别 | 普通员工 | 经理及以上 |\n| --- | --- | --- |\n| 一类：北京、上海、广州、深圳 | 600 元 | 800 元 |")
+	assert.Contains(t, got, "| 三类：其他城市 | 350 元 | 450 元 |", "the window does not cut the table")
+
+	res, err = c.Search(context.Background(), "年假有几天", 1)
+	require.NoError(t, err)
+	assert.Contains(t, res[0].Content, "| 满 20 年 | 15 天 |")
+
+	res, err = c.Search(context.Background(), "how do I reset my password?", 1)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(res[0].Content, "## Reset your password yourself\n1. Open the password self-service portal"), res[0].Content)
+}
+
+// TestPassageRepeatsHeaderInsideLongTable: a passage that starts deep inside a table longer than a
+// passage repeats the section heading and the table header before its rows.
+func TestPassageRepeatsHeaderInsideLongTable(t *testing.T) {
+	var md strings.Builder
+	md.WriteString("# 城市列表\n\n开头的说明。\n\n## 城市补贴\n\n| 城市 | 补贴 |\n| --- | --- |\n")
+	for i := range 60 {
+		fmt.Fprintf(&md, "| 城市%02d号 | %d 元 |\n", i, 100+i)
+	}
+	md.WriteString("| 乌鲁木齐 | 999 元 |\n\n表后的段落。\n")
+	html := "<html><head><title>Rates</title></head><body><h2>Hotel rates</h2><table><tr><th>City</th><th>Rate</th></tr>" +
+		"<tr><td>Berlin</td><td>120 EUR</td></tr><tr><td>Pipe | City</td><td>90 EUR</td></tr></table><ul><li>Book early<ul><li>nested tip</li></ul></li></ul></body></html>"
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"cities.md": []byte(md.String()), "rates.html": []byte(html)})
+	c := load(t, dir, testPublicURL)
+
+	res, err := c.Search(context.Background(), "乌鲁木齐", 1)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	got := res[0].Content
+	assert.True(t, strings.HasPrefix(got, "## 城市补贴\n| 城市 | 补贴 |\n| --- | --- |\n| 城市"), got)
+	assert.Contains(t, got, "| 乌鲁木齐 | 999 元 |")
+	assert.NotContains(t, got, "开头的说明")
+	assert.LessOrEqual(t, utf8.RuneCountInString(got), maxPassageRunes)
+
+	res, err = c.Search(context.Background(), "Berlin rate", 1)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	assert.Equal(t, "## Hotel rates\n| City | Rate |\n| --- | --- |\n| Berlin | 120 EUR |\n| Pipe \\| City | 90 EUR |\n- Book early\n- nested tip", res[0].Content)
 }
 
 func TestLocalSearchEdgeCases(t *testing.T) {
