@@ -453,43 +453,45 @@ var genericColumns = map[string]bool{
 // each further cell after its column name. Without a header the cells are simply joined.
 func rowSentence(heading string, header, cells []string) string {
 	for i := range cells {
-		cells[i] = stripInline(cells[i])
+		cells[i] = strings.TrimRight(stripInline(cells[i]), "。.；;，, ")
 	}
 	zh := hasHan(heading + strings.Join(header, "") + strings.Join(cells, ""))
-	colon, comma, stop := "：", "，", "。"
+	colon, comma, afterLabel, stop := "：", "，", "，", "。"
 	if !zh {
-		colon, comma, stop = ": ", "; ", "."
+		colon, comma, afterLabel, stop = ": ", "; ", " — ", "."
 	}
-	trimEnd := func(s string) string { return strings.TrimRight(s, "。.；;，, ") }
+	label := ""
 	var parts []string
 	for i, c := range cells {
 		if c == "" {
 			continue
 		}
-		c = trimEnd(c)
 		h := ""
 		if i < len(header) {
 			h = stripInline(header[i])
 		}
 		switch {
-		case i == 0 || h == "":
+		case i == 0:
+			label = c
+		case h == "":
 			parts = append(parts, c)
-		case len(cells) == 2 && len(parts) > 0 && genericColumns[strings.ToLower(h)]:
-			parts[len(parts)-1] += colon + c
-			continue
-		case zh && c != "" && (c[0] < 0x80):
+		case len(cells) == 2 && label != "" && genericColumns[strings.ToLower(h)]:
+			label += colon + c // "名称（抬头）：云杉科技有限公司"
+		case zh && c[0] < 0x80:
 			parts = append(parts, h+" "+c) // "普通员工 600 元"
 		default:
 			parts = append(parts, h+colon+c)
 		}
 	}
-	if len(parts) == 0 {
-		return ""
-	}
 	s := strings.Join(parts, comma)
-	if len(header) == 0 {
-		// A bare row: its cells are all there is.
-		s = strings.Join(parts, pick(zh, "，", ", "))
+	switch {
+	case label == "" && s == "":
+		return ""
+	case label == "":
+	case s == "":
+		s = label
+	default:
+		s = label + afterLabel + s
 	}
 	if heading != "" {
 		s = heading + colon + s

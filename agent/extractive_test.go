@@ -59,9 +59,10 @@ func TestSplitSentences(t *testing.T) {
 		{"## Troubleshooting\n| Symptom | What to do |\n| --- | --- |\n| No MFA prompt | Refresh the app. |\n| Pipe \\| cell | Escape it. |",
 			[]string{"Troubleshooting: No MFA prompt: Refresh the app.", "Troubleshooting: Pipe | cell: Escape it."}},
 		{"| Level | Examples | Rules |\n| --- | --- | --- |\n| Public | Press releases | May be shared freely. |",
-			[]string{"Public; Examples: Press releases; Rules: May be shared freely."}},
+			[]string{"Public — Examples: Press releases; Rules: May be shared freely."}},
 		// Rows without a header (the passage began below it) keep their cells.
 		{"| 满 20 年 | 15 天 |", []string{"满 20 年，15 天。"}},
+		{"| Berlin | 120 EUR | 90 EUR |", []string{"Berlin — 120 EUR; 90 EUR."}},
 		{"## 出差补贴\n- 伙食补贴：每天 100 元。\n\n2. 第二步，提交申请", []string{"伙食补贴：每天 100 元。", "第二步，提交申请"}},
 		{"1. 联系开票方说明情况。\n短", []string{"联系开票方说明情况。"}},
 	}
