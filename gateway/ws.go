@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -80,16 +81,24 @@ type clientFrame struct {
 type outFrame struct {
 	data []byte
 	at   time.Time // answer.delta: when the event happened, for the latency histogram
+	// raw: data is the unsent rest of a frame the direct path began; it goes to the socket as is.
+	raw bool
 }
 
-// client is one websocket connection. The write pump is the only writer of conn; everyone else
-// enqueues.
+// client is one websocket connection. Frames reach the socket two ways: the write pump drains the
+// queue, and a delta produced while the queue is empty and nobody is writing is written straight
+// from the run's goroutine with one non-blocking write (see tryDirect). wmu orders the two.
 type client struct {
 	s    *Server
 	conn *websocket.Conn
 	user store.User
 	lang string
+	// raw makes one non-blocking write to the socket; nil when the connection has no socket.
+	raw func(p []byte) (int, error)
 
+	// wmu is held by whoever writes to conn (pump, direct path, control frames). Lock order: wmu,
+	// then mu; the direct path only ever TryLocks wmu while holding mu.
+	wmu    sync.Mutex
 	mu     sync.Mutex
 	queue  []outFrame
 	qBytes int
@@ -102,17 +111,19 @@ type client struct {
 
 func (c *client) close() { c.once.Do(func() { close(c.done) }) }
 
-// enqueue queues a frame without blocking; a client that cannot keep up is dropped.
-func (c *client) enqueue(f outFrame) {
+// enqueue hands a frame to the connection without blocking; a client that cannot keep up is
+// dropped. It reports whether the frame was queued for the write pump (false: written already,
+// or dropped).
+func (c *client) enqueue(f outFrame) bool {
 	select {
 	case <-c.done:
-		return
+		return false
 	default:
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	if len(c.queue) >= maxQueuedFrames || c.qBytes+len(f.data) > maxQueuedBytes {
 		c.closed = true
@@ -121,15 +132,94 @@ func (c *client) enqueue(f outFrame) {
 		c.s.m.wsDropped.Inc()
 		c.s.log.Warn("websocket client too slow, dropping it", "user", c.user.ID)
 		c.close()
-		return
+		return false
+	}
+	// Deltas are small and latency-bound: when nothing is queued and nobody is writing, write the
+	// frame now instead of waking the pump (one goroutine hand-off less on the hot path).
+	if !f.at.IsZero() && len(f.data) <= maxDirectBytes && len(c.queue) == 0 && c.raw != nil && c.wmu.TryLock() {
+		c.mu.Unlock()
+		return c.tryDirect(f)
 	}
 	c.queue = append(c.queue, f)
 	c.qBytes += len(f.data)
 	c.mu.Unlock()
+	c.wake()
+	return true
+}
+
+func (c *client) wake() {
 	select {
 	case c.notify <- struct{}{}:
 	default:
 	}
+}
+
+// maxDirectBytes bounds the payloads the direct path writes, so its one write stays small; larger
+// frames go through the pump.
+const maxDirectBytes = 1024
+
+// tryDirect is called with wmu held and the queue empty. It writes f as one websocket text frame
+// with a single non-blocking write; whatever the socket does not take (all of it when the socket
+// buffer is full, the tail on a short write) goes to the front of the queue for the pump, so a
+// slow client never blocks the caller and frames keep their order.
+func (c *client) tryDirect(f outFrame) bool {
+	frame := appendFrame(make([]byte, 0, len(f.data)+4), f.data)
+	// The pump's last deadline may have passed on an idle connection; this write cannot block.
+	_ = c.conn.SetWriteDeadline(time.Time{})
+	n, err := c.raw(frame)
+	if err != nil {
+		c.wmu.Unlock()
+		c.close()
+		return false
+	}
+	if n == len(frame) {
+		c.wmu.Unlock()
+		c.s.m.deltaLatency.Observe(time.Since(f.at).Seconds())
+		return false
+	}
+	rest := outFrame{data: f.data, at: f.at}
+	if n > 0 {
+		rest = outFrame{data: frame[n:], at: f.at, raw: true}
+	}
+	// Still holding wmu: the pump cannot have taken a batch since the queue was seen empty, so
+	// anything queued meanwhile came after this frame.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return false
+	}
+	c.queue = append(c.queue, outFrame{})
+	copy(c.queue[1:], c.queue)
+	c.queue[0] = rest
+	c.qBytes += len(rest.data)
+	c.mu.Unlock()
+	c.wmu.Unlock()
+	c.wake()
+	return true
+}
+
+// appendFrame appends data as one unmasked, final websocket text frame (RFC 6455 §5.2; server
+// frames are never masked).
+func appendFrame(dst, data []byte) []byte {
+	n := len(data)
+	dst = append(dst, 0x81) // FIN, opcode text
+	switch {
+	case n < 126:
+		dst = append(dst, byte(n))
+	case n <= 0xFFFF:
+		dst = append(dst, 126, byte(n>>8), byte(n))
+	default:
+		dst = append(dst, 127, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return append(dst, data...)
+}
+
+// writeControl sends a control frame under wmu, so it never lands inside a frame being written.
+func (c *client) writeControl(messageType int, data []byte, deadline time.Time) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.conn.WriteControl(messageType, data, deadline)
 }
 
 func (c *client) send(v *wsFrame) {
@@ -155,39 +245,72 @@ func (c *client) writePump() {
 	for {
 		select {
 		case <-c.notify:
+			// wmu before taking the batch: a direct write in progress finishes (or queues its
+			// rest at the front) before these frames go out.
+			c.wmu.Lock()
 			c.mu.Lock()
 			batch, c.queue = c.queue, batch[:0]
 			c.qBytes = 0
 			c.mu.Unlock()
-			for i, f := range batch {
-				_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-				if err := c.conn.WriteMessage(websocket.TextMessage, f.data); err != nil {
-					c.close()
-					return
-				}
-				if !f.at.IsZero() {
-					c.s.m.deltaLatency.Observe(time.Since(f.at).Seconds())
-				}
-				batch[i] = outFrame{}
+			ok := c.writeBatch(batch)
+			c.wmu.Unlock()
+			if !ok {
+				c.close()
+				return
 			}
+			clear(batch)
 			if cap(batch) > 256 {
 				batch = nil // a burst is over; do not keep its memory on an idle client
 			}
 		case <-ticker.C:
-			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+			if err := c.writeControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
 				c.close()
 				return
 			}
 		case <-c.done:
-			_ = c.conn.WriteControl(websocket.CloseMessage,
+			_ = c.writeControl(websocket.CloseMessage,
 				websocket.FormatCloseMessage(websocket.CloseGoingAway, "server closing connection"), time.Now().Add(time.Second))
 			return
 		}
 	}
 }
 
+// writeBatch writes queued frames in order; the caller holds wmu.
+func (c *client) writeBatch(batch []outFrame) bool {
+	for _, f := range batch {
+		_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
+		var err error
+		if f.raw {
+			_, err = c.conn.NetConn().Write(f.data)
+		} else {
+			err = c.conn.WriteMessage(websocket.TextMessage, f.data)
+		}
+		if err != nil {
+			return false
+		}
+		if !f.at.IsZero() {
+			c.s.m.deltaLatency.Observe(time.Since(f.at).Seconds())
+		}
+	}
+	return true
+}
+
 func (c *client) readPump(ctx context.Context) {
 	c.conn.SetReadLimit(maxFrameBytes)
+	// gorilla answers pings and close frames from this goroutine; route those writes through wmu
+	// like every other write (same replies as gorilla's default handlers).
+	c.conn.SetPingHandler(func(data string) error {
+		err := c.writeControl(websocket.PongMessage, []byte(data), time.Now().Add(writeWait))
+		var ne net.Error
+		if errors.Is(err, websocket.ErrCloseSent) || (errors.As(err, &ne) && ne.Timeout()) {
+			return nil
+		}
+		return err
+	})
+	c.conn.SetCloseHandler(func(code int, _ string) error {
+		_ = c.writeControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""), time.Now().Add(writeWait))
+		return nil
+	})
 	_ = c.conn.SetReadDeadline(time.Now().Add(c.s.pongWait))
 	c.conn.SetPongHandler(func(string) error { return c.conn.SetReadDeadline(time.Now().Add(c.s.pongWait)) })
 	for {
@@ -375,7 +498,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	c := &client{s: s, conn: conn, user: u, lang: langOf(r), notify: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &client{s: s, conn: conn, raw: rawWriter(conn.NetConn()), user: u, lang: langOf(r), notify: make(chan struct{}, 1), done: make(chan struct{})}
 	if !s.hub.register(c) {
 		_ = conn.Close()
 		return
@@ -593,13 +716,19 @@ func (h *hub) onEvent(ev agent.Event) {
 		if err != nil {
 			return
 		}
+		queued := false
 		for _, c := range cs {
-			c.enqueue(outFrame{data: data, at: at})
+			if c.enqueue(outFrame{data: data, at: at}) {
+				queued = true
+			}
 		}
-		// The send just made the connections' writers runnable; yield so they get the CPU before
-		// this run goroutine goes on with CPU-heavy work (rendering, persistence). Without this
-		// the delta waits for the next preemption on a busy machine (measured: p99 tens of ms).
-		runtime.Gosched()
+		if queued {
+			// The send just made a connection's writer runnable; yield so it gets the CPU before
+			// this run goroutine goes on with CPU-heavy work (rendering, persistence). Without this
+			// the delta waits for the next preemption on a busy machine (measured: p99 tens of ms).
+			// Frames written directly need no yield.
+			runtime.Gosched()
+		}
 		return
 	case agent.EventAnswerFinal:
 		content := ev.Content
