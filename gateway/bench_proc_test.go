@@ -22,6 +22,8 @@ type latencyJob struct {
 	URL    string   `json:"url"`
 	Tokens []string `json:"tokens"`
 	Round  int      `json:"round"`
+	// Stagger spreads the clients' sends over this long, as in the in-process paced variant.
+	Stagger time.Duration `json:"stagger"`
 }
 
 // latencySample is one answer.delta as the client process saw it.
@@ -74,8 +76,10 @@ func TestLatencyClientProcess(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for i, c := range conns {
+		delay := job.Stagger * time.Duration(i) / time.Duration(len(conns))
 		wg.Go(func() {
 			defer emit(latencySample{Client: i, Done: true})
+			time.Sleep(delay)
 			if err := c.WriteJSON(map[string]any{"type": "chat.send", "text": latencyQuestion(i, job.Round)}); err != nil {
 				return
 			}
@@ -105,9 +109,10 @@ func TestLatencyClientProcess(t *testing.T) {
 	out.Flush()
 }
 
-// benchSeparateClients runs the 200 clients in a child process (see TestLatencyClientProcess).
-func benchSeparateClients(b *testing.B) {
-	tm := &timedModel{rec: map[string][]emission{}}
+// benchSeparateClients runs the 200 clients in a child process (see TestLatencyClientProcess);
+// pace and stagger are as in benchGatewayLatency.
+func benchSeparateClients(b *testing.B, pace, stagger time.Duration) {
+	tm := &timedModel{rec: map[string][]emission{}, pace: pace}
 	bs := newBenchServer(b, func(m agent.Model) agent.Model { tm.inner = m; return tm })
 	toks := make([]string, latencySessions)
 	for i := range toks {
@@ -141,7 +146,7 @@ func benchSeparateClients(b *testing.B) {
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
-		if err := json.NewEncoder(stdin).Encode(latencyJob{URL: wsURL(bs.ts.URL), Tokens: toks, Round: round}); err != nil {
+		if err := json.NewEncoder(stdin).Encode(latencyJob{URL: wsURL(bs.ts.URL), Tokens: toks, Round: round, Stagger: stagger}); err != nil {
 			b.Fatal(err)
 		}
 		sc := bufio.NewScanner(stdout)
