@@ -162,10 +162,16 @@ const maxDirectBytes = 1024
 // with a single non-blocking write; whatever the socket does not take (all of it when the socket
 // buffer is full, the tail on a short write) goes to the front of the queue for the pump, so a
 // slow client never blocks the caller and frames keep their order.
+//
+// One gap remains: gorilla itself writes a close frame from the read goroutine, outside wmu, when
+// the client breaks the protocol or exceeds the read limit; should that coincide with a short
+// direct write, the close frame lands inside the cut frame. The connection is being closed then
+// anyway.
 func (c *client) tryDirect(f outFrame) bool {
 	frame := appendFrame(make([]byte, 0, len(f.data)+4), f.data)
-	// The pump's last deadline may have passed on an idle connection; this write cannot block.
-	_ = c.conn.SetWriteDeadline(time.Time{})
+	// The last deadline gorilla put on the socket may have passed on an idle connection (gorilla's
+	// own SetWriteDeadline only applies to its next write); this write cannot block, so clear it.
+	_ = c.conn.NetConn().SetWriteDeadline(time.Time{})
 	n, err := c.raw(frame)
 	if err != nil {
 		c.wmu.Unlock()
@@ -281,7 +287,10 @@ func (c *client) writeBatch(batch []outFrame) bool {
 		_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
 		var err error
 		if f.raw {
-			_, err = c.conn.NetConn().Write(f.data)
+			// Straight to the socket, so the deadline too (gorilla's applies to its writes only).
+			nc := c.conn.NetConn()
+			_ = nc.SetWriteDeadline(time.Now().Add(writeWait))
+			_, err = nc.Write(f.data)
 		} else {
 			err = c.conn.WriteMessage(websocket.TextMessage, f.data)
 		}

@@ -108,8 +108,12 @@ func TestDirectWriteShortAndRefusedWrites(t *testing.T) {
 	sock := c.raw
 	var want []string
 	calls := 0
+	// An idle connection's last socket deadline has passed; neither the direct write nor the
+	// pump's write of a cut frame's rest may trip over it.
+	expire := func() { require.NoError(t, c.conn.NetConn().SetWriteDeadline(time.Now().Add(-time.Second))) }
 	c.raw = func(p []byte) (int, error) {
 		calls++
+		defer expire()
 		// Meanwhile another run of the user produces a frame: it must queue behind this one.
 		concurrent := fmt.Appendf(nil, `{"type":"answer.delta","during":%d}`, calls)
 		done := make(chan bool)
@@ -131,6 +135,7 @@ func TestDirectWriteShortAndRefusedWrites(t *testing.T) {
 		idle := len(c.queue) == 0
 		c.mu.Unlock()
 		before := calls
+		expire()
 		c.enqueue(outFrame{data: f, at: time.Now()})
 		if idle && calls > before {
 			want = append(want, fmt.Sprintf(`{"type":"answer.delta","during":%d}`, calls))
