@@ -543,9 +543,12 @@ func cleanLine(line string) string {
 	return stripInline(line)
 }
 
+// inlineMarkup is built once: a Replacer is costly to build and this runs for every sentence.
+var inlineMarkup = strings.NewReplacer("**", "", "__", "", "`", "")
+
 // stripInline removes inline Markdown emphasis and code ticks.
 func stripInline(s string) string {
-	return strings.TrimSpace(strings.NewReplacer("**", "", "__", "", "`", "").Replace(s))
+	return strings.TrimSpace(inlineMarkup.Replace(s))
 }
 
 // Han characters that carry little meaning in a question; bigrams containing them are ignored.
