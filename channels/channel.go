@@ -54,8 +54,10 @@ type Channel interface {
 	// Name is the channel's key: "feishu", "dingtalk", "wechat".
 	Name() string
 	// Start connects to the platform and delivers inbound messages to h until ctx ends. It returns an
-	// error when the channel cannot start (bad credentials, unreachable endpoint); the gateway logs it
-	// and keeps the other channels running. Channels that only receive webhooks return nil at once.
+	// error when the channel cannot start (bad credentials, an endpoint that refuses it); the gateway
+	// logs it and keeps the other channels running. Transient network failures are retried inside
+	// Start rather than returned, so a gateway started during a network blip still comes up. Channels
+	// that only receive webhooks return once they are ready.
 	Start(ctx context.Context, h Handler) error
 	// Reply opens the reply stream for an answer to m.
 	Reply(ctx context.Context, m Message) (Reply, error)
