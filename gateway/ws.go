@@ -222,9 +222,30 @@ func appendFrame(dst, data []byte) []byte {
 }
 
 // writeControl sends a control frame under wmu, so it never lands inside a frame being written.
+// The rest of a frame the direct path cut short may be waiting at the front of the queue: it is
+// written first, or the control frame would land inside that frame.
 func (c *client) writeControl(messageType int, data []byte, deadline time.Time) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	var rest outFrame
+	c.mu.Lock()
+	if len(c.queue) > 0 && c.queue[0].raw {
+		rest = c.queue[0]
+		c.queue[0] = outFrame{}
+		c.queue = c.queue[1:]
+		c.qBytes -= len(rest.data)
+	}
+	c.mu.Unlock()
+	if rest.raw {
+		nc := c.conn.NetConn()
+		_ = nc.SetWriteDeadline(deadline)
+		if _, err := nc.Write(rest.data); err != nil {
+			return err
+		}
+		if !rest.at.IsZero() {
+			c.s.m.deltaLatency.Observe(time.Since(rest.at).Seconds())
+		}
+	}
 	return c.conn.WriteControl(messageType, data, deadline)
 }
 

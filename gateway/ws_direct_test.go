@@ -159,3 +159,44 @@ func TestDirectWriteShortAndRefusedWrites(t *testing.T) {
 		require.Equal(t, w, string(got), "frame %d", i)
 	}
 }
+
+// TestControlFrameNeverLandsInsideACutFrame: when the direct path wrote only part of a frame, a
+// control frame written next (a pong from the read goroutine, a ping from the pump) must not go out
+// before the rest of that frame, or the client reads a corrupt stream.
+func TestControlFrameNeverLandsInsideACutFrame(t *testing.T) {
+	e := newEnv(t)
+	u, tok := e.user("alice")
+	conn, c := serverSide(t, e, u.ID, tok)
+	sock := c.raw
+	const rounds = 20
+	controls := make(chan error, rounds)
+	c.raw = func(p []byte) (int, error) {
+		// Another writer (e.g. the read goroutine answering a ping) waits for wmu while this write
+		// is in progress; it gets the socket right after the direct path lets go.
+		go func() { controls <- c.writeControl(websocket.PingMessage, nil, time.Now().Add(writeWait)) }()
+		time.Sleep(10 * time.Millisecond)
+		return sock(p[:len(p)/2])
+	}
+	var want []string
+	for i := range rounds {
+		f := fmt.Appendf(nil, `{"type":"answer.delta","n":%d,"text":"%s"}`, i, strings.Repeat("y", 200))
+		want = append(want, string(f))
+		c.enqueue(outFrame{data: f, at: time.Now()})
+		require.NoError(t, <-controls)
+		require.Eventually(t, func() bool {
+			if !c.wmu.TryLock() {
+				return false
+			}
+			defer c.wmu.Unlock()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.queue) == 0
+		}, 5*time.Second, time.Millisecond)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i, w := range want {
+		_, got, err := conn.ReadMessage()
+		require.NoError(t, err, "frame %d", i)
+		require.Equal(t, w, string(got), "frame %d", i)
+	}
+}
