@@ -52,6 +52,9 @@ type Dispatcher struct {
 	ctx    context.Context // lives as long as the dispatcher; replies outlive the inbound request
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// bindMu serialises creating and binding a conversation's session: webhook channels deliver
+	// concurrently, and two first messages must not each create a session of their own.
+	bindMu sync.Mutex
 }
 
 // NewDispatcher returns a dispatcher. Close it to stop in-flight replies.
@@ -188,10 +191,26 @@ func (d *Dispatcher) sessionFor(ctx context.Context, convKey string, m Message) 
 	if !errors.Is(err, store.ErrNotFound) {
 		return "", err
 	}
-	return d.newSession(ctx, convKey, m)
+	d.bindMu.Lock()
+	defer d.bindMu.Unlock()
+	// Another message of the conversation may have created it while this one waited.
+	if sid, err := d.cfg.Store.ConversationSession(ctx, convKey); err == nil {
+		return sid, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return "", err
+	}
+	return d.createSession(ctx, convKey, m)
 }
 
+// newSession starts a fresh session for the conversation (/new).
 func (d *Dispatcher) newSession(ctx context.Context, convKey string, m Message) (string, error) {
+	d.bindMu.Lock()
+	defer d.bindMu.Unlock()
+	return d.createSession(ctx, convKey, m)
+}
+
+// createSession creates a session and binds the conversation to it; the caller holds bindMu.
+func (d *Dispatcher) createSession(ctx context.Context, convKey string, m Message) (string, error) {
 	title := m.SenderName
 	if m.Group {
 		title = "群聊 " + m.ConversationID

@@ -275,3 +275,30 @@ func TestDispatcherFailureReachesUser(t *testing.T) {
 		assert.Contains(t, last.text, "upstream exploded")
 	}
 }
+
+// TestDispatcherConcurrentFirstMessagesShareOneSession: webhook channels deliver concurrently; the
+// first messages of a new conversation must all land in one session, not each create their own
+// (the conversation would be bound to one and the other answers orphaned).
+func TestDispatcherConcurrentFirstMessagesShareOneSession(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{})
+	ch := &recChannel{rate: 0}
+	h := st.Dispatcher.Handler(ch)
+	const n = 8
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			h.HandleMessage(context.Background(), msg(fmt.Sprintf("c-%d", i), "年假怎么申请？"))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	st.Wait(t)
+	sessions, err := st.Store.ListSessions(context.Background(), "rec:conv-1")
+	require.NoError(t, err)
+	assert.Len(t, sessions, 1, "one conversation, one session")
+	assert.Equal(t, n, runCount(t, st, "rec:conv-1"))
+}
