@@ -55,6 +55,11 @@ type Dispatcher struct {
 	// bindMu serialises creating and binding a conversation's session: webhook channels deliver
 	// concurrently, and two first messages must not each create a session of their own.
 	bindMu sync.Mutex
+	// replyMu guards lastReply: per session, the done channel of the newest reply pump. Runs of a
+	// session run one after the other; each pump waits for the previous one so that a slow delivery
+	// of one answer is never overtaken by the next.
+	replyMu   sync.Mutex
+	lastReply map[string]chan struct{}
 }
 
 // NewDispatcher returns a dispatcher. Close it to stop in-flight replies.
@@ -67,7 +72,7 @@ func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
 	}
 	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Dispatcher{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	return &Dispatcher{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, lastReply: make(map[string]chan struct{})}
 }
 
 // Handler returns the Handler to pass to ch.Start.
@@ -164,21 +169,42 @@ func (d *Dispatcher) handle(ctx context.Context, ch Channel, m Message) {
 	}
 	p := newPump(d, ch, m, log.With("session", sid))
 	// Submit here, synchronously, so that messages of one conversation keep their arrival order; the
-	// agent runs them one at a time.
+	// agent runs them one at a time. The pump is chained behind the session's previous one under the
+	// same lock, so replies go out in run order.
+	d.replyMu.Lock()
 	h, err := d.cfg.Agent.Submit(ctx, agent.Turn{SessionID: sid, Text: text, Channel: m.Channel, Sink: p.push})
 	if err != nil {
+		d.replyMu.Unlock()
 		log.Error("submit failed", "err", err)
 		d.notify(ch, m, "无法处理这条消息："+err.Error())
 		return
 	}
+	prev, done := d.lastReply[sid], make(chan struct{})
+	d.lastReply[sid] = done
+	d.replyMu.Unlock()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		defer func() {
+			close(done)
+			d.replyMu.Lock()
+			if d.lastReply[sid] == done {
+				delete(d.lastReply, sid)
+			}
+			d.replyMu.Unlock()
+		}()
 		defer func() {
 			if r := recover(); r != nil {
 				log.Error("reply pump panicked", "panic", r)
 			}
 		}()
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-d.ctx.Done():
+				return
+			}
+		}
 		p.run(h)
 	}()
 }

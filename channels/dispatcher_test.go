@@ -302,3 +302,47 @@ func TestDispatcherConcurrentFirstMessagesShareOneSession(t *testing.T) {
 	assert.Len(t, sessions, 1, "one conversation, one session")
 	assert.Equal(t, n, runCount(t, st, "rec:conv-1"))
 }
+
+// orderChannel records in which order answers are delivered; the first answer's delivery is slow,
+// as a platform API call can be.
+type orderChannel struct {
+	recChannel
+	mu       sync.Mutex
+	finished []string // message ids in delivery order
+}
+
+type orderReply struct {
+	ch  *orderChannel
+	msg channels.Message
+}
+
+func (c *orderChannel) Reply(ctx context.Context, m channels.Message) (channels.Reply, error) {
+	return &orderReply{ch: c, msg: m}, nil
+}
+func (r *orderReply) Start(ctx context.Context) error               { return nil }
+func (r *orderReply) Update(ctx context.Context, text string) error { return nil }
+func (r *orderReply) Finish(ctx context.Context, text string) error {
+	if r.msg.ID == "o1" {
+		time.Sleep(300 * time.Millisecond)
+	}
+	r.ch.mu.Lock()
+	defer r.ch.mu.Unlock()
+	r.ch.finished = append(r.ch.finished, r.msg.ID)
+	return nil
+}
+func (r *orderReply) Fail(ctx context.Context, reason string) error { return r.Finish(ctx, reason) }
+
+// TestDispatcherDeliversAnswersInOrder: the runs of a conversation run one after the other, and so
+// must their answers reach the platform: a slow delivery of the first answer must not let the second
+// overtake it.
+func TestDispatcherDeliversAnswersInOrder(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{})
+	ch := &orderChannel{}
+	h := st.Dispatcher.Handler(ch)
+	h.HandleMessage(context.Background(), msg("o1", "年假怎么申请？"))
+	h.HandleMessage(context.Background(), msg("o2", "电子发票抬头写错了怎么办？"))
+	st.Wait(t)
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	assert.Equal(t, []string{"o1", "o2"}, ch.finished)
+}
