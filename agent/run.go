@@ -335,9 +335,11 @@ func (rs *runState) runHooks(rr RunResult) citations.Verification {
 		})
 		ver = v
 		if err != nil {
+			// apply keeps only citations it stored (a timeout or panic returns none): an error in a
+			// later step, such as the marker counts, must not hide citations the record holds.
 			a.log.Warn("citation hook failed", "run", h.ID, "err", err)
-			ver.Citations = nil
-		} else if len(ver.Citations) > 0 {
+		}
+		if len(ver.Citations) > 0 {
 			a.emit(h, Event{Type: EventCitations, MessageID: rr.Final.ID, Citations: ver.Citations})
 		}
 	}
