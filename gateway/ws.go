@@ -125,7 +125,14 @@ func (c *client) enqueue(f outFrame) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if len(c.queue) >= maxQueuedFrames || c.qBytes+len(f.data) > maxQueuedBytes {
+	size := len(f.data)
+	if size > maxQueuedBytes && len(c.queue) == 0 {
+		// One frame larger than the whole budget (the history of a long session) is not frames
+		// piling up behind a slow client: admit it alone, uncharged. A second one while it waits is
+		// charged in full, so at most one such frame is held.
+		size = 0
+	}
+	if len(c.queue) >= maxQueuedFrames || c.qBytes+size > maxQueuedBytes {
 		c.closed = true
 		c.queue, c.qBytes = nil, 0
 		c.mu.Unlock()
@@ -141,7 +148,7 @@ func (c *client) enqueue(f outFrame) bool {
 		return c.tryDirect(f)
 	}
 	c.queue = append(c.queue, f)
-	c.qBytes += len(f.data)
+	c.qBytes += size
 	c.mu.Unlock()
 	c.wake()
 	return true

@@ -1,0 +1,30 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/citegate/citegate/store"
+)
+
+// TestSessionOpenOfALongSession: a session whose history is larger than the slow-client budget is
+// still opened; the budget is about frames piling up behind a client that does not read, not about
+// the size of one answer.
+func TestSessionOpenOfALongSession(t *testing.T) {
+	e := newEnv(t)
+	u, tok := e.user("alice")
+	sess := e.session(u, "long")
+	long := strings.Repeat("很长的回答。", 60_000) // ~1 MB of content per answer, plus its HTML
+	for range 3 {
+		e.append(store.Message{SessionID: sess.ID, Role: store.RoleUser, Content: "再详细一点"})
+		e.append(store.Message{SessionID: sess.ID, Role: store.RoleAssistant, Content: long})
+	}
+	ws := e.mustWS(tok)
+	ws.send(map[string]any{"type": "session.open", "sessionId": sess.ID})
+	h := ws.next()
+	require.Equal(t, "session.history", h["type"])
+	assert.Len(t, h["messages"], 6)
+}
