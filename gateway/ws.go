@@ -26,7 +26,9 @@ const (
 	// defaultPongWait is how long a connection may stay silent (no frame, no pong) before it is
 	// closed; pings go out at half of it, leaving a whole half for the pong to arrive.
 	defaultPongWait = 60 * time.Second
-	maxFrameBytes   = 64 << 10
+	// maxFrameBytes admits a chat.send at the text limit however its JSON is encoded: an escaped
+	// character (\uXXXX) is 6 bytes for at most 1 byte of text; 4 KiB is for the other fields.
+	maxFrameBytes = 6*maxTextBytes + 4<<10
 	// A client whose queue grows past these limits is too slow to follow its runs and is dropped;
 	// the queue itself only holds memory while frames are pending, so idle clients cost little.
 	maxQueuedFrames = 4096

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,4 +28,20 @@ func TestSessionOpenOfALongSession(t *testing.T) {
 	h := ws.next()
 	require.Equal(t, "session.history", h["type"])
 	assert.Len(t, h["messages"], 6)
+}
+
+// TestChatSendAtTheTextLimitWithEscapedJSON: a message within the 32 KiB text limit is accepted
+// however the client encodes its JSON; encoders that escape non-ASCII (Python's json.dumps by
+// default) write each CJK character as a 6-byte \uXXXX, twice its UTF-8 size.
+func TestChatSendAtTheTextLimitWithEscapedJSON(t *testing.T) {
+	e := newEnv(t)
+	_, tok := e.user("alice")
+	ws := e.mustWS(tok)
+	n := maxTextBytes / len("字") // as many as fit in the limit
+	frame := `{"type":"chat.send","text":"` + strings.Repeat(`\u5b57`, n) + `"}`
+	require.Greater(t, len(frame), 64<<10)
+	require.NoError(t, ws.c.WriteMessage(websocket.TextMessage, []byte(frame)))
+	f := ws.next()
+	assert.Equal(t, "session.created", f["type"], "%v", f)
+	ws.until("run.finished")
 }

@@ -411,7 +411,7 @@ func TestWSOversizedFrame(t *testing.T) {
 	_, tok := e.user("alice")
 	ws := e.mustWS(tok)
 	// The server may close while the frame is still being written: the write error does not matter.
-	_ = ws.c.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat.send","text":"`+strings.Repeat("a", 70<<10)+`"}`))
+	_ = ws.c.WriteMessage(websocket.TextMessage, []byte(`{"type":"chat.send","text":"`+strings.Repeat("a", maxFrameBytes+1<<10)+`"}`))
 	for f := range ws.frames {
 		t.Fatalf("unexpected frame %v", f)
 	}
