@@ -246,18 +246,25 @@ func (s *Server) checkTokenLocked(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// acceptPostLocked is what every authenticated API endpoint checks first, in WeChat's order: the
+// method, an injected error for the path, the access token. It writes the error reply and reports
+// false when the request stops there.
+func (s *Server) acceptPostLocked(w http.ResponseWriter, r *http.Request, path string) bool {
+	if r.Method != http.MethodPost {
+		writeErr(w, 43002, "require POST method")
+		return false
+	}
+	if inj, ok := s.takeInjectedLocked(path); ok {
+		writeErr(w, inj.code, inj.msg)
+		return false
+	}
+	return s.checkTokenLocked(w, r)
+}
+
 func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r.Method != http.MethodPost {
-		writeErr(w, 43002, "require POST method")
-		return
-	}
-	if inj, ok := s.takeInjectedLocked(PathSend); ok {
-		writeErr(w, inj.code, inj.msg)
-		return
-	}
-	if !s.checkTokenLocked(w, r) {
+	if !s.acceptPostLocked(w, r, PathSend) {
 		return
 	}
 	var m struct {
@@ -291,15 +298,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleTyping(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r.Method != http.MethodPost {
-		writeErr(w, 43002, "require POST method")
-		return
-	}
-	if inj, ok := s.takeInjectedLocked(PathTyping); ok {
-		writeErr(w, inj.code, inj.msg)
-		return
-	}
-	if !s.checkTokenLocked(w, r) {
+	if !s.acceptPostLocked(w, r, PathTyping) {
 		return
 	}
 	var m struct {
