@@ -20,10 +20,11 @@ import (
 	"github.com/citegate/citegate/store"
 )
 
-// TestExtractiveOverBundledCorpus runs the offline default end to end: the extractive model, the
-// real web_search tool over the bundled corpus, the loop, the citation hook and the real store.
-func TestExtractiveOverBundledCorpus(t *testing.T) {
-	corpus, err := tools.LoadCorpus("", "http://127.0.0.1:8080")
+// offlineStack is the offline default: the extractive model and web_search over the bundled corpus,
+// on a real store in a temp dir.
+func offlineStack(t *testing.T, publicURL string) (*tools.Corpus, *store.Store, *agent.Agent) {
+	t.Helper()
+	corpus, err := tools.LoadCorpus("", publicURL)
 	require.NoError(t, err)
 	st, err := store.Open(filepath.Join(t.TempDir(), "citegate.db"), store.Options{})
 	require.NoError(t, err)
@@ -36,6 +37,13 @@ func TestExtractiveOverBundledCorpus(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	return corpus, st, a
+}
+
+// TestExtractiveOverBundledCorpus runs the offline default end to end: the extractive model, the
+// real web_search tool over the bundled corpus, the loop, the citation hook and the real store.
+func TestExtractiveOverBundledCorpus(t *testing.T) {
+	corpus, st, a := offlineStack(t, "http://127.0.0.1:8080")
 
 	tests := []struct {
 		question string
@@ -96,19 +104,7 @@ func TestExtractiveOverBundledCorpus(t *testing.T) {
 // document it comes from.
 func TestExtractiveAnswersOverBundledCorpus(t *testing.T) {
 	const base = "http://127.0.0.1:8080"
-	corpus, err := tools.LoadCorpus("", base)
-	require.NoError(t, err)
-	st, err := store.Open(filepath.Join(t.TempDir(), "citegate.db"), store.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	a, err := agent.New(agent.Config{
-		Store:  st,
-		Model:  agent.NewExtractive(),
-		Tools:  []agent.Tool{tools.NewWebSearch(corpus)},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	_, st, a := offlineStack(t, base)
 
 	tests := []struct {
 		question string
