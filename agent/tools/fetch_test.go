@@ -71,6 +71,50 @@ func TestPublicAddr(t *testing.T) {
 		{"64:ff9b::808:808", true},  // NAT64 of 8.8.8.8
 		{"2002:7f00:1::", false},    // 6to4 of 127.0.0.1
 		{"2002:0808:0808::1", true}, // 6to4 of 8.8.8.8
+
+		// IPv4-compatible ::a.b.c.d (RFC 4291 §2.5.5.1, deprecated): refused whatever it embeds.
+		{"::127.0.0.1", false},
+		{"::10.0.0.1", false},
+		{"::169.254.169.254", false},
+		{"::8.8.8.8", false},
+		// IPv4-mapped ::ffff:a.b.c.d (::ffff:0:0/96): the IPv4 address itself.
+		{"::ffff:10.0.0.1", false},
+		{"::ffff:169.254.169.254", false},
+		{"::ffff:8.8.8.8", true},
+		// SIIT IPv4-translated ::ffff:0:a.b.c.d (RFC 2765): judged by the embedded address.
+		{"::ffff:0:127.0.0.1", false},
+		{"::ffff:0:10.1.2.3", false},
+		{"::ffff:0:169.254.169.254", false},
+		{"::ffff:0:8.8.8.8", true},
+		// NAT64 well-known prefix (RFC 6052) with private, metadata and CGNAT IPv4 inside.
+		{"64:ff9b::10.0.0.1", false},
+		{"64:ff9b::192.168.0.1", false},
+		{"64:ff9b::169.254.169.254", false},
+		{"64:ff9b::100.100.100.200", false},
+		{"64:ff9b::1.1.1.1", true},
+		// Local-use NAT64 (RFC 8215): refused whatever it embeds.
+		{"64:ff9b:1::8.8.8.8", false},
+		{"64:ff9b:1:7f00:0:100::", false}, // 127.0.0.1 in the /48 format of RFC 6052 §2.2
+		{"64:ff9b:1:ffff::1", false},
+		// Teredo (RFC 4380): server 65.54.227.120 public; client is the last 32 bits inverted.
+		{"2001:0:4136:e378:8000:63bf:f7f7:f7f7", true},  // client 8.8.8.8
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", false}, // client 127.0.0.1
+		{"2001:0:4136:e378:8000:63bf:f5ff:fffe", false}, // client 10.0.0.1
+		{"2001:0:4136:e378:8000:63bf:5601:5601", false}, // client 169.254.169.254 (metadata)
+		{"2001:0:a00:1:8000:63bf:f7f7:f7f7", false},     // server 10.0.0.1
+		{"2001:0:7f00:1:0:0:f7f7:f7f7", false},          // server 127.0.0.1
+		// Other IETF special-purpose IPv6 ranges that are not globally reachable.
+		{"2001:2::1", false},      // benchmarking, RFC 5180
+		{"2001:10::1", false},     // ORCHID, RFC 4843
+		{"2001:20::1", false},     // ORCHIDv2, RFC 7343
+		{"3fff::1", false},        // documentation, RFC 9637
+		{"5f00::1", false},        // SRv6 SIDs, RFC 9602
+		{"192.88.99.1", false},    // 6to4 relay anycast, RFC 7526
+		{"2001:4860::8888", true}, // ordinary global unicast right after 2001::/23
+		// ISATAP interface identifiers (RFC 5214) embed the tunnel's IPv4 endpoint.
+		{"2606:4700::5efe:10.0.0.1", false},
+		{"2606:4700::200:5efe:192.168.1.1", false},
+		{"2606:4700::200:5efe:8.8.8.8", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.ip, func(t *testing.T) {
