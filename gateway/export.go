@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
 )
 
@@ -38,12 +39,43 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request, u store.Us
 		return s.storeErr("list_messages", err)
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	s.streamJSONL(w, r, sess, msgs)
+	s.streamJSONL(w, r, sess, msgs, ownerLine)
 	return nil
 }
 
+// ownerLine is the owner's export of m: the whole stored record (data: URIs in metadata scrubbed).
+func ownerLine(m store.Message) (exportLine, bool) {
+	return exportLine{
+		ID: m.ID, SessionID: m.SessionID, RunID: m.RunID, Role: m.Role, Content: m.Content,
+		ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, ToolName: m.ToolName,
+		Metadata: scrubMetadata(m.Metadata), CreatedAt: m.CreatedAt,
+	}, true
+}
+
+// publicLine is the share export of m: only what the share page shows. A shared conversation is
+// read by anyone holding the link, so tool calls (their arguments), tool results (documents the
+// answer may never have cited, excerpts included) and every metadata key but the verified
+// citations stay out. The line keeps the owner's export shape (a subset of its fields), so one
+// reader handles both; the content keeps its raw markers so the citations can be checked offline.
+func publicLine(m store.Message) (exportLine, bool) {
+	if !visible(m) {
+		return exportLine{}, false
+	}
+	line := exportLine{ID: m.ID, SessionID: m.SessionID, Role: m.Role, Content: m.Content, CreatedAt: m.CreatedAt}
+	if m.Role == store.RoleAssistant {
+		if cits := citations.FromMetadata(m.Metadata); len(cits) > 0 {
+			md, err := json.Marshal(map[string][]citations.Citation{"citations": cits})
+			if err == nil {
+				line.Metadata = md
+			}
+		}
+	}
+	return line, true
+}
+
 // streamJSONL writes one object per line as it goes; nothing but the current line is buffered.
-func (s *Server) streamJSONL(w http.ResponseWriter, r *http.Request, sess store.Session, msgs []store.Message) {
+// lineOf decides what a message becomes (false: left out).
+func (s *Server) streamJSONL(w http.ResponseWriter, r *http.Request, sess store.Session, msgs []store.Message, lineOf func(store.Message) (exportLine, bool)) {
 	w.Header().Set("Content-Type", "application/x-ndjson; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="citegate-`+safeFileName(sess.ID)+`.jsonl"`)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -52,10 +84,9 @@ func (s *Server) streamJSONL(w http.ResponseWriter, r *http.Request, sess store.
 	enc.SetEscapeHTML(false)
 	rc := http.NewResponseController(w)
 	for i, m := range msgs {
-		line := exportLine{
-			ID: m.ID, SessionID: m.SessionID, RunID: m.RunID, Role: m.Role, Content: m.Content,
-			ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, ToolName: m.ToolName,
-			Metadata: scrubMetadata(m.Metadata), CreatedAt: m.CreatedAt,
+		line, ok := lineOf(m)
+		if !ok {
+			continue
 		}
 		if err := enc.Encode(line); err != nil {
 			s.log.DebugContext(r.Context(), "export aborted", "session", sess.ID, "err", err)

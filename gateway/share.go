@@ -66,7 +66,8 @@ func (s *Server) notFoundPage(w http.ResponseWriter, r *http.Request, lang strin
 	}
 }
 
-// handleShareExport streams the share's snapshot as JSONL.
+// handleShareExport streams the share's snapshot as JSONL: the conversation as the share page shows
+// it (USER and final ASSISTANT messages with their verified citations), never the tool record.
 func (s *Server) handleShareExport(w http.ResponseWriter, r *http.Request) {
 	shareHeaders(w)
 	_, sess, msgs, err := s.shareSnapshot(r, r.PathValue("token"))
@@ -78,5 +79,5 @@ func (s *Server) handleShareExport(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.streamJSONL(w, r, sess, msgs)
+	s.streamJSONL(w, r, sess, msgs, publicLine)
 }

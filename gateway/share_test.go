@@ -168,3 +168,64 @@ func TestShareSurvivesRestart(t *testing.T) {
 	assert.Contains(t, rec.Body.String(), "before the share")
 	assert.NotContains(t, rec.Body.String(), "after the restart")
 }
+
+// TestShareExportPublicOnly: the public export of a share holds the conversation (USER and final
+// ASSISTANT messages with their verified citations) and nothing of the tool record: no tool
+// arguments, no result content, no document the answer did not cite. The owner's export keeps it all.
+func TestShareExportPublicOnly(t *testing.T) {
+	const (
+		secretArgs    = "内部检索词-ARGS-7d1f"
+		uncitedTitle  = "未引用的内部文件-TITLE-93ab"
+		uncitedURL    = "https://intranet.example.com/uncited-doc-5c2e"
+		uncitedBody   = "机密：未被引用的正文-BODY-41f0"
+		citedExcerpt  = "被引用来源的摘录-EXCERPT-0b77"
+		citedURL      = "https://example.com/cited"
+		answerMarkers = "年假五天。[^1^]"
+	)
+	e := newEnv(t, func(_ *Config, a *agentCfg) {
+		a.Model = &scriptedModel{
+			answer: func(string, []string) string { return answerMarkers },
+			calls: func(string) []store.ToolCall {
+				args, _ := json.Marshal(map[string]string{"query": secretArgs})
+				return []store.ToolCall{{ID: "call_1", Name: "web_search", Arguments: string(args)}}
+			},
+		}
+		a.Tools = []agent.Tool{fixedSearch{result: func(q string) string {
+			return searchResult(q,
+				[3]string{"被引用的来源", citedURL, citedExcerpt},
+				[3]string{uncitedTitle, uncitedURL, uncitedBody})
+		}}}
+	})
+	u, tok := e.user("alice")
+	s := e.session(u, "share export")
+	out := e.runTurn(s.ID, "年假有几天")
+	require.Equal(t, store.PhaseCompleted, out.Phase)
+	require.Len(t, out.Citations, 1)
+
+	owner := mustGet(t, e, "/api/sessions/"+s.ID+"/export.jsonl", tok)
+	for _, secret := range []string{secretArgs, uncitedTitle, uncitedURL, uncitedBody, citedExcerpt} {
+		require.Contains(t, owner, secret, "the owner's export is the whole record")
+	}
+
+	sh := e.createShare(tok, s.ID)
+	status, _, body := e.do("GET", "/s/"+sh.Token+"/export.jsonl", "", nil)
+	require.Equal(t, http.StatusOK, status)
+	for _, secret := range []string{secretArgs, uncitedTitle, uncitedURL, uncitedBody, citedExcerpt, "toolCalls", "toolCallId", "TOOL", "runId"} {
+		assert.NotContains(t, body, secret)
+	}
+	lines := parseJSONL(t, body)
+	require.Len(t, lines, 2, "the question and the answer")
+	assert.Equal(t, "USER", lines[0]["role"])
+	assert.Equal(t, "年假有几天", lines[0]["content"])
+	assert.NotContains(t, lines[0], "metadata")
+	assert.Equal(t, "ASSISTANT", lines[1]["role"])
+	assert.Equal(t, answerMarkers, lines[1]["content"], "raw markers, checkable against the citations")
+	md, _ := json.Marshal(lines[1]["metadata"])
+	var doc struct {
+		Citations []map[string]any `json:"citations"`
+	}
+	require.NoError(t, json.Unmarshal(md, &doc))
+	require.Len(t, doc.Citations, 1)
+	assert.Equal(t, float64(1), doc.Citations[0]["n"])
+	assert.Equal(t, citedURL, doc.Citations[0]["url"])
+}
