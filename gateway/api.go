@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -152,12 +153,43 @@ func (s *Server) history(r *http.Request, sessionID, lang string) ([]messageJSON
 	return out, nil
 }
 
+// shareJSON is a share link as its owner sees it (the answer to a share request and one entry of
+// GET /api/shares). ID names the link in lists and revocations; URL and Token are empty for a
+// link created before tokens were kept (it can still be revoked by ID).
 type shareJSON struct {
-	Token     string `json:"token"`
-	URL       string `json:"url"`
-	Watermark uint64 `json:"watermark"`
+	Token     string    `json:"token"`
+	URL       string    `json:"url"`
+	Watermark uint64    `json:"watermark"`
+	ID        string    `json:"id"`
+	SessionID string    `json:"sessionId"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
+// shareListEntry adds what the "shared links" view shows beside each link.
+type shareListEntry struct {
+	shareJSON
+	// Title is the chat's title; "" when the chat is gone (the link then opens the not-found page).
+	Title string `json:"title"`
+	// Live is false when the shared chat no longer exists.
+	Live bool `json:"live"`
+}
+
+func (s *Server) shareURL(tok string) string {
+	if tok == "" {
+		return ""
+	}
+	return s.cfg.PublicURL + "/s/" + tok
+}
+
+func (s *Server) toShareJSON(tok string, sh store.Share) shareJSON {
+	return shareJSON{Token: tok, URL: s.shareURL(tok), Watermark: sh.Watermark, ID: sh.TokenHash,
+		SessionID: sh.SessionID, CreatedAt: sh.CreatedAt}
+}
+
+// handleCreateShare shares a chat as it is now. Sharing the same chat again while nothing was added
+// hands back the live link (200) instead of minting another; once the chat has grown past the
+// link's watermark a new link is created (201) and both stay listed, because the old link is a
+// snapshot someone may already hold and only its owner should decide to revoke it.
 func (s *Server) handleCreateShare(w http.ResponseWriter, r *http.Request, u store.User) error {
 	sess, err := s.ownedSession(r, u, r.PathValue("id"))
 	if err != nil {
@@ -170,21 +202,57 @@ func (s *Server) handleCreateShare(w http.ResponseWriter, r *http.Request, u sto
 	if wm == 0 {
 		return errBadRequest("the session has no messages to share yet")
 	}
-	tok, sh, err := s.st.CreateShare(r.Context(), sess.ID, u.ID, wm)
+	tok, sh, created, err := s.st.ShareSession(r.Context(), sess.ID, u.ID, wm)
 	if err != nil {
 		return s.storeErr("create_share", err)
 	}
-	s.log.InfoContext(r.Context(), "share created", "session", sess.ID, "user", u.ID, "watermark", sh.Watermark)
-	writeJSON(w, http.StatusCreated, shareJSON{Token: tok, URL: s.cfg.PublicURL + "/s/" + tok, Watermark: sh.Watermark})
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		s.log.InfoContext(r.Context(), "share created", "session", sess.ID, "user", u.ID, "watermark", sh.Watermark)
+	}
+	writeJSON(w, status, s.toShareJSON(tok, sh))
 	return nil
 }
 
+// handleListShares lists the caller's live share links, newest first. Operators will list every
+// share (DESIGN §5); until the role exists every caller is an owner and sees only their own.
+func (s *Server) handleListShares(w http.ResponseWriter, r *http.Request, u store.User) error {
+	list, err := s.st.ListShares(r.Context(), u.ID)
+	if err != nil {
+		return s.storeErr("list_shares", err)
+	}
+	out := make([]shareListEntry, 0, len(list))
+	for _, e := range list {
+		out = append(out, shareListEntry{
+			shareJSON: s.toShareJSON(e.Token, e.Share),
+			Title:     e.Session.Title,
+			Live:      e.Session.ID != "",
+		})
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]any{"shares": out})
+	return nil
+}
+
+// shareIDRE matches a share id (the hex sha256 of its token). Tokens are 43 base64url characters,
+// so the two never collide.
+var shareIDRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// handleRevokeShare revokes a link named by its token or by its id. Anything not the caller's is
+// the same 404 as a missing link.
 func (s *Server) handleRevokeShare(w http.ResponseWriter, r *http.Request, u store.User) error {
 	tok := r.PathValue("token")
 	if tok == "" || len(tok) > maxTokenLen {
 		return errNotFound()
 	}
-	if err := s.st.RevokeShare(r.Context(), tok, u.ID); err != nil {
+	var err error
+	if shareIDRE.MatchString(tok) {
+		err = s.st.RevokeShareID(r.Context(), tok, u.ID)
+	} else {
+		err = s.st.RevokeShare(r.Context(), tok, u.ID)
+	}
+	if err != nil {
 		return s.storeErr("revoke_share", err)
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -161,6 +161,7 @@ func (s *Server) routes() (_ http.Handler, err error) {
 	mux.HandleFunc("GET /api/sessions", s.api(s.handleSessions))
 	mux.HandleFunc("GET /api/sessions/{id}/messages", s.api(s.handleMessages))
 	mux.HandleFunc("POST /api/sessions/{id}/shares", s.api(s.handleCreateShare))
+	mux.HandleFunc("GET /api/shares", s.api(s.handleListShares))
 	mux.HandleFunc("DELETE /api/shares/{token}", s.api(s.handleRevokeShare))
 	mux.HandleFunc("GET /api/sessions/{id}/export.jsonl", s.api(s.handleExport))
 	mux.HandleFunc("GET /api/messages/{id}/citations/{n}/preview", s.api(s.handlePreview))

@@ -20,7 +20,7 @@ import (
 func (e *testEnv) createShare(tok, sessionID string) shareJSON {
 	e.t.Helper()
 	status, _, body := e.do("POST", "/api/sessions/"+sessionID+"/shares", tok, nil)
-	require.Equal(e.t, http.StatusCreated, status, body)
+	require.Equal(e.t, http.StatusCreated, status, "a new link: "+body)
 	var sh shareJSON
 	require.NoError(e.t, json.Unmarshal([]byte(body), &sh))
 	return sh
@@ -228,4 +228,85 @@ func TestShareExportPublicOnly(t *testing.T) {
 	require.Len(t, doc.Citations, 1)
 	assert.Equal(t, float64(1), doc.Citations[0]["n"])
 	assert.Equal(t, citedURL, doc.Citations[0]["url"])
+}
+
+// TestShareManagement: GET /api/shares lists the caller's links; sharing the same chat again hands
+// back the live link; once the chat grew a new link is made and both are listed; revoke works by
+// token and by id, and nobody can list, reuse or revoke someone else's links.
+func TestShareManagement(t *testing.T) {
+	e := newEnv(t)
+	alice, aliceTok := e.user("alice")
+	_, bobTok := e.user("bob")
+	s := e.session(alice, "年假问题")
+	require.Equal(t, store.PhaseCompleted, e.runTurn(s.ID, "年假几天").Phase)
+
+	list := func(tok string) []map[string]any {
+		t.Helper()
+		status, hdr, body := e.do("GET", "/api/shares", tok, nil)
+		require.Equal(t, http.StatusOK, status, body)
+		assert.Equal(t, "no-store", hdr.Get("Cache-Control"))
+		var doc struct {
+			Shares []map[string]any `json:"shares"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &doc))
+		require.NotNil(t, doc.Shares, "an empty list is [], not null")
+		return doc.Shares
+	}
+	assert.Empty(t, list(aliceTok))
+
+	first := e.createShare(aliceTok, s.ID)
+	status, _, body := e.do("POST", "/api/sessions/"+s.ID+"/shares", aliceTok, nil)
+	require.Equal(t, http.StatusOK, status, "sharing again: the live link, not a new one")
+	var again shareJSON
+	require.NoError(t, json.Unmarshal([]byte(body), &again))
+	assert.Equal(t, first, again)
+
+	got := list(aliceTok)
+	require.Len(t, got, 1)
+	assert.Equal(t, first.Token, got[0]["token"])
+	assert.Equal(t, first.URL, got[0]["url"])
+	assert.Equal(t, first.ID, got[0]["id"])
+	assert.Equal(t, s.ID, got[0]["sessionId"])
+	assert.Equal(t, "年假问题", got[0]["title"])
+	assert.Equal(t, float64(first.Watermark), got[0]["watermark"])
+	assert.Equal(t, true, got[0]["live"])
+	assert.NotEmpty(t, got[0]["createdAt"])
+	assert.Empty(t, list(bobTok), "bob sees none of alice's links")
+
+	// The chat grew: a new link frozen at the new watermark; the old one is still live and listed.
+	require.Equal(t, store.PhaseCompleted, e.runTurn(s.ID, "病假呢").Phase)
+	second := e.createShare(aliceTok, s.ID)
+	assert.NotEqual(t, first.Token, second.Token)
+	assert.Greater(t, second.Watermark, first.Watermark)
+	got = list(aliceTok)
+	require.Len(t, got, 2)
+	assert.Equal(t, second.Token, got[0]["token"], "newest first")
+	assert.Equal(t, first.Token, got[1]["token"])
+	status, _, _ = e.do("GET", "/s/"+first.Token, "", nil)
+	assert.Equal(t, http.StatusOK, status)
+
+	// Bob can neither revoke by token nor by id; both answers are the plain 404.
+	for _, ref := range []string{first.Token, first.ID} {
+		status, _, body = e.do("DELETE", "/api/shares/"+ref, bobTok, nil)
+		assert.Equal(t, http.StatusNotFound, status)
+		assert.JSONEq(t, `{"error":{"code":"not_found","message":"not found"}}`, body)
+	}
+	// Alice revokes the old one by id (as the list names it), the new one by token.
+	status, _, _ = e.do("DELETE", "/api/shares/"+first.ID, aliceTok, nil)
+	assert.Equal(t, http.StatusNoContent, status)
+	status, _, _ = e.do("GET", "/s/"+first.Token, "", nil)
+	assert.Equal(t, http.StatusNotFound, status)
+	got = list(aliceTok)
+	require.Len(t, got, 1)
+	assert.Equal(t, second.Token, got[0]["token"])
+	status, _, _ = e.do("DELETE", "/api/shares/"+second.Token, aliceTok, nil)
+	assert.Equal(t, http.StatusNoContent, status)
+	assert.Empty(t, list(aliceTok))
+
+	// A revoked link is never handed out again.
+	third := e.createShare(aliceTok, s.ID)
+	assert.NotEqual(t, second.Token, third.Token)
+
+	status, _, _ = e.do("GET", "/api/shares", "", nil)
+	assert.Equal(t, http.StatusUnauthorized, status)
 }

@@ -54,11 +54,12 @@ var (
 	bucketUserNames       = []byte("user_names")       // lower(name) → user id
 	bucketShares          = []byte("shares")           // sha256(token) hex → Share
 	bucketSeen            = []byte("seen")             // dedup key → big-endian unix-nano expiry
+	bucketUserShares      = []byte("user_shares")      // ownerID\x00sha256(token) hex → token (see shares.go)
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketSessions, bucketUserSessions, bucketConversations, bucketMessages,
 		bucketSessionMessages, bucketRuns, bucketSessionRuns, bucketRunning, bucketUsers,
-		bucketUserTokens, bucketUserNames, bucketShares, bucketSeen,
+		bucketUserTokens, bucketUserNames, bucketShares, bucketSeen, bucketUserShares,
 	}
 
 	keySchemaVersion = []byte("schema_version")
@@ -143,6 +144,9 @@ func (s *Store) init() error {
 		}
 		if err := meta.Put(keySchemaVersion, []byte(strconv.Itoa(schemaVersion))); err != nil {
 			return fmt.Errorf("write schema version: %w", err)
+		}
+		if err := indexSharesLocked(tx); err != nil {
+			return err
 		}
 		n, err := s.recoverRunsLocked(tx)
 		if err != nil {
