@@ -171,7 +171,8 @@ func TestVerify(t *testing.T) {
 		{"duplicates once", "A[^3^]B[^3^]C[^3^]", []int{3}, 3, 3},
 		{"ordered by n", "A[^5^]B[^1^]C[^2^]", []int{1, 2, 5}, 3, 3},
 		{"forged number beyond registry", "伪造[^21^]", nil, 1, 0},
-		{"marker in code still counts for the record", "`[^4^]`", []int{4}, 1, 1},
+		{"marker in code is literal text", "`[^4^]`", nil, 0, 0},
+		{"marker beside code counts", "`x` [^4^] ```[^2^]```", []int{4}, 1, 1},
 		{"digits beyond bound are text", "X[^" + strings.Repeat("1", 30) + "^]", nil, 0, 0},
 	}
 	for _, tt := range tests {

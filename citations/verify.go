@@ -25,10 +25,13 @@ type Verification struct {
 }
 
 // Verify keeps the markers of content with 1 ≤ n ≤ reg.Len(), each number once, ordered by n.
+// Markers inside code (inline code spans, fenced or indented code blocks) are literal text, not
+// citations: they are neither seen nor kept (DESIGN §4, "Code").
 func Verify(content string, reg *Registry) Verification {
 	var v Verification
 	var seen map[int]bool
-	for _, n := range Extract(content) {
+	for _, m := range MarkersOutsideCode(content) {
+		n := m.N
 		v.Seen++
 		src, ok := reg.Lookup(n)
 		if !ok {

@@ -1,0 +1,262 @@
+package citations
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// HiddenLinkNotice replaces a bare or autolinked URL the run did not see (DESIGN §4, link rule).
+const HiddenLinkNotice = "〔链接未经核实，已隐藏〕"
+
+// LinkSet holds the URLs an answer may show: the run's registry URLs, every http(s) URL in the
+// content of its tool results and in the user's own messages. URLs are kept normalised the way
+// registry URLs are (NormalizeURL). The zero value is empty; a nil *LinkSet allows nothing.
+type LinkSet struct {
+	urls map[string]struct{}
+}
+
+// NewLinkSet returns an empty set.
+func NewLinkSet() *LinkSet { return &LinkSet{} }
+
+// AddURL adds one URL (e.g. a registry URL); anything that is not an absolute http(s) URL is ignored.
+func (s *LinkSet) AddURL(u string) {
+	n, ok := NormalizeURL(u)
+	if !ok {
+		return
+	}
+	if s.urls == nil {
+		s.urls = map[string]struct{}{}
+	}
+	s.urls[n] = struct{}{}
+}
+
+// AddText adds every http(s) URL appearing in text, found by the same URL rules the link filter
+// applies to answers (so a URL the answer copies from the text compares equal). A "www." link in the
+// text allows both its http and https forms. Text that is a JSON document (a tool result) is also
+// read as JSON, so a URL whose characters the encoder escaped ("\u0026", "\/") is found as written.
+func (s *LinkSet) AddText(text string) {
+	s.addURLsIn(text)
+	t := strings.TrimSpace(text)
+	if strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[") {
+		var v any
+		if json.Unmarshal([]byte(t), &v) == nil {
+			s.addJSON(v, 0)
+		}
+	}
+}
+
+func (s *LinkSet) addJSON(v any, depth int) {
+	if depth > 64 {
+		return
+	}
+	switch x := v.(type) {
+	case string:
+		s.addURLsIn(x)
+	case []any:
+		for _, e := range x {
+			s.addJSON(e, depth+1)
+		}
+	case map[string]any:
+		for _, e := range x {
+			s.addJSON(e, depth+1)
+		}
+	}
+}
+
+// addURLsIn collects URLs with the scanner's URL rules, ignoring markdown structure: in a tool
+// result, a URL inside code is as much seen as one outside.
+func (s *LinkSet) addURLsIn(text string) {
+	if !strings.Contains(text, "://") && !containsFold(text, "www.") {
+		return
+	}
+	b := []byte(text)
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case 'h', 'H':
+			h := 0
+			if ok, _ := hasPrefixFold(b, i, "https://"); ok {
+				h = i + 8
+			} else if ok, _ := hasPrefixFold(b, i, "http://"); ok {
+				h = i + 7
+			} else {
+				continue
+			}
+			end, hostLen, _ := urlEnd(b, i, h, true)
+			if hostLen > 0 {
+				s.AddURL(string(b[i:end]))
+				i = end - 1
+			}
+		case 'w', 'W':
+			if i > 0 && !wwwBoundary(b[i-1]) {
+				continue
+			}
+			if ok, _ := hasPrefixFold(b, i, "www."); !ok {
+				continue
+			}
+			end, hostLen, _ := urlEnd(b, i, i+4, true)
+			if hostLen > 0 {
+				u := string(b[i:end])
+				s.AddURL("http://" + u)
+				s.AddURL("https://" + u)
+				i = end - 1
+			}
+		}
+	}
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), sub)
+}
+
+// Allows reports whether u, normalised, is in the set.
+func (s *LinkSet) Allows(u string) bool {
+	if s == nil || s.urls == nil {
+		return false
+	}
+	n, ok := NormalizeURL(u)
+	if !ok {
+		return false
+	}
+	_, in := s.urls[n]
+	return in
+}
+
+// Len is the number of distinct URLs in the set.
+func (s *LinkSet) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.urls)
+}
+
+// AllowList returns the allow-func of a stored list of URLs (metadata.links.allowed, citation URLs).
+func AllowList(urls []string) func(string) bool {
+	s := NewLinkSet()
+	for _, u := range urls {
+		s.AddURL(u)
+	}
+	return s.Allows
+}
+
+// mayHoldLink reports whether text could contain anything the link rule changes: a link needs "](",
+// an autolink '<', a bare URL "://" or "www.". Texts without them pass through unchanged.
+func mayHoldLink(text string) bool {
+	return strings.Contains(text, "://") || strings.Contains(text, "](") || strings.IndexByte(text, '<') >= 0 ||
+		containsFold(text, "www.")
+}
+
+// FilterLinks applies the link rule outside code to a whole text: a markdown link or image whose
+// destination allow rejects keeps only its text (alt text), a rejected autolink or bare URL becomes
+// HiddenLinkNotice. It returns the text, the number of hidden links and the distinct verified URLs
+// the text shows (normalised, in order of appearance). A nil allow allows nothing.
+func FilterLinks(text string, allow func(string) bool) (out string, hidden int, shown []string) {
+	if !mayHoldLink(text) {
+		return text, 0, nil
+	}
+	s := newScanner(allow)
+	s.buf = []byte(text)
+	s.out = make([]byte, 0, len(text))
+	s.run(true)
+	return string(s.out), s.hidden, s.shown
+}
+
+// LinkFilter applies the link rule to a text that arrives in chunks. For any split of a text, the
+// concatenation of every Push result and Flush equals FilterLinks(text). It holds back only what it
+// cannot decide yet:
+//   - a possible URL until the byte after it ("h", "http", "https://a.example/x" at the end of a
+//     chunk; at most 2100 bytes, the longest URL considered),
+//   - a '[' until its link is complete or cannot be one (the link text is bounded by 512 bytes, a
+//     destination by 4200),
+//   - a '<' until its autolink closes or cannot,
+//   - a backtick run until its closing run arrives or the paragraph ends (an unmatched backtick in a
+//     long paragraph is the worst case: the rest of that paragraph is held back until a blank line),
+//   - at a line start, the few bytes that decide the kind of line (a fence's info string up to its
+//     newline).
+//
+// The zero value is not usable; use NewLinkFilter.
+type LinkFilter struct {
+	s *scanner
+}
+
+// NewLinkFilter returns a streaming filter with the given allow-func (nil allows nothing).
+func NewLinkFilter(allow func(string) bool) *LinkFilter {
+	return &LinkFilter{s: newScanner(allow)}
+}
+
+// Push takes the next chunk and returns the text that can be shown now.
+func (f *LinkFilter) Push(chunk string) string {
+	s := f.s
+	s.buf = append(s.buf, chunk...)
+	s.run(false)
+	return f.take()
+}
+
+// Flush returns the rest; the text has ended, so everything is decided.
+func (f *LinkFilter) Flush() string {
+	f.s.run(true)
+	return f.take()
+}
+
+func (f *LinkFilter) take() string {
+	if len(f.s.out) == 0 {
+		return ""
+	}
+	p := string(f.s.out)
+	f.s.out = f.s.out[:0]
+	return p
+}
+
+// Hidden is the number of links hidden so far.
+func (f *LinkFilter) Hidden() int { return f.s.hidden }
+
+// Shown returns the distinct verified URLs shown so far.
+func (f *LinkFilter) Shown() []string { return append([]string(nil), f.s.shown...) }
+
+// Pending reports how many bytes are held back.
+func (f *LinkFilter) Pending() int { return len(f.s.buf) }
+
+// SafeText is what a chat channel may send: markers removed (Strip), then the link rule applied.
+func SafeText(text string, allow func(string) bool) (string, int) {
+	out, hidden, _ := FilterLinks(Strip(text), allow)
+	return out, hidden
+}
+
+// CodeSpans returns the byte ranges of text that are code by CommonMark's rules (inline code spans,
+// fenced and indented code blocks), in order. Markers and links inside them are literal text. The
+// scan is the one FilterLinks uses, so both agree on what is code.
+func CodeSpans(text string) []Span {
+	if strings.IndexByte(text, '`') < 0 && strings.IndexByte(text, '~') < 0 && !strings.Contains(text, "    ") &&
+		strings.IndexByte(text, '\t') < 0 {
+		return nil
+	}
+	s := newScanner(nil)
+	s.emit, s.collect, s.noLinks = false, true, true
+	s.buf = []byte(text)
+	s.run(true)
+	return s.code
+}
+
+// MarkersOutsideCode returns the markers of text that are not inside code: the markers that can be
+// citations.
+func MarkersOutsideCode(text string) []Marker {
+	ms := Markers(text)
+	if len(ms) == 0 {
+		return nil
+	}
+	code := CodeSpans(text)
+	if len(code) == 0 {
+		return ms
+	}
+	out := ms[:0]
+	k := 0
+	for _, m := range ms {
+		for k < len(code) && code[k].End <= m.Start {
+			k++
+		}
+		if k < len(code) && code[k].Start < m.End {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
