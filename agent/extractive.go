@@ -10,9 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
+	"github.com/citegate/citegate/internal/textseg"
 	"github.com/citegate/citegate/store"
 )
 
@@ -30,6 +30,11 @@ func (extractiveModel) Name() string { return "extractive (no LLM)" }
 
 const (
 	extractiveMaxSentences = 3
+	// extractiveOtherSourceShare is the share of the best sentence's score a sentence of another
+	// document must reach to join the answer.
+	extractiveOtherSourceShare = 0.95
+	// extractiveMaxListSentences bounds the items a list question gathers from one section.
+	extractiveMaxListSentences = 8
 	// extractiveMinScore is the share of the question's terms a sentence must contain.
 	extractiveMinScore = 0.25
 	// extractiveSingleTermScore is the share a sentence matching a single question term must reach.
@@ -39,7 +44,8 @@ const (
 	maxQueryRunes        = 200
 )
 
-// Generate implements Model.
+// Generate implements Model. The first round searches once per part of the question (see
+// parseQuestion); the second answers each part from its own search results.
 func (extractiveModel) Generate(ctx context.Context, req ModelRequest, onDelta func(string)) (ModelResponse, error) {
 	lastUser := -1
 	for i, m := range req.Messages {
@@ -51,43 +57,51 @@ func (extractiveModel) Generate(ctx context.Context, req ModelRequest, onDelta f
 		return ModelResponse{}, fmt.Errorf("extractive: no user message")
 	}
 	question := strings.TrimSpace(req.Messages[lastUser].Content)
-	zh := hasHan(question)
+	q := parseQuestion(question)
 
 	var toolMsgs []ChatMessage
 	for _, m := range req.Messages[lastUser+1:] {
-		if m.Role == "tool" {
+		if m.Role == "tool" && (m.Name == "" || m.Name == "web_search") {
 			toolMsgs = append(toolMsgs, m)
 		}
 	}
 	if len(toolMsgs) == 0 {
 		if !slices.ContainsFunc(req.Tools, func(t ToolSpec) bool { return t.Name == "web_search" }) {
-			return streamText(ctx, pick(zh, "当前没有可用的检索工具，无法根据资料回答这个问题。", "No search tool is available, so I cannot answer from sources."), onDelta)
+			return streamText(ctx, pick(q.zh, "当前没有可用的检索工具，无法根据资料回答这个问题。", "No search tool is available, so I cannot answer from sources."), onDelta)
 		}
-		q := question
-		if utf8.RuneCountInString(q) > maxQueryRunes {
-			q = string([]rune(q)[:maxQueryRunes])
+		calls := make([]store.ToolCall, 0, len(q.parts))
+		for i, p := range q.parts {
+			query := p.query
+			if utf8.RuneCountInString(query) > maxQueryRunes {
+				query = string([]rune(query)[:maxQueryRunes])
+			}
+			args, err := json.Marshal(map[string]string{"query": query})
+			if err != nil {
+				return ModelResponse{}, fmt.Errorf("extractive: %w", err)
+			}
+			calls = append(calls, store.ToolCall{ID: "call_" + strconv.Itoa(i+1), Name: "web_search", Arguments: string(args)})
 		}
-		args, err := json.Marshal(map[string]string{"query": q})
-		if err != nil {
-			return ModelResponse{}, fmt.Errorf("extractive: %w", err)
-		}
-		return ModelResponse{ToolCalls: []store.ToolCall{{ID: "call_1", Name: "web_search", Arguments: string(args)}}}, nil
+		return ModelResponse{ToolCalls: calls}, nil
 	}
 
-	var passages []passage
+	// The loop answers the calls in the order they were made: the i-th result belongs to the i-th
+	// part. A transcript that does not pair up so (another model's history) serves every part.
+	results := make([][]passage, len(q.parts))
 	var searchErrs []string
-	for _, m := range toolMsgs {
-		if m.Name != "" && m.Name != "web_search" {
-			continue
-		}
+	for i, m := range toolMsgs {
 		ps, errMsg := parseSearchResult(m.Content)
 		if errMsg != "" {
 			searchErrs = append(searchErrs, errMsg)
 		}
-		passages = append(passages, ps...)
+		if len(toolMsgs) == len(q.parts) {
+			results[i] = append(results[i], ps...)
+			continue
+		}
+		for k := range results {
+			results[k] = append(results[k], ps...)
+		}
 	}
-	answer := compose(question, zh, passages, searchErrs)
-	return streamText(ctx, answer, onDelta)
+	return streamText(ctx, composeParts(q, results, searchErrs), onDelta)
 }
 
 func pick(zh bool, a, b string) string {
@@ -159,6 +173,7 @@ func parseSearchResult(content string) ([]passage, string) {
 	return out, ""
 }
 
+// scored is a sentence that answers (part of) the question.
 type scored struct {
 	text   string
 	ref    int
@@ -166,13 +181,19 @@ type scored struct {
 	order  int // result order, then sentence order: ties keep the search ranking
 	meta   bool
 	figure int // 2: a figure in the unit asked for, 1: some figure, 0: none (or no amount asked)
+	han    bool
+	pass   int    // the passage it comes from
+	ctx    string // its section heading
+	item   bool   // a list item, step or table row
+	step   bool   // a numbered step of a procedure
+	hits   uint64 // bit i: the sentence itself names concept i
 }
 
 // isMetaSentence reports sentences about the document rather than its subject ("本文说明…",
 // "This guide explains…") and cross-references ("见《…》", "see the … guide"), which answer nothing.
 func isMetaSentence(s string) bool {
 	for _, p := range []string{"本文", "本指南", "本页", "本制度", "本规定", "本手册", "本标准", "本流程", "本办法",
-		"this article", "this guide", "this page", "this document", "these rules", "this policy"} {
+		"this article", "this guide", "this page", "this document", "these rules", "this policy", "this is the"} {
 		if strings.HasPrefix(strings.ToLower(s), p) {
 			return true
 		}
@@ -180,42 +201,188 @@ func isMetaSentence(s string) bool {
 	return strings.Contains(s, "见《") || strings.Contains(s, "参见") || strings.Contains(strings.ToLower(s), "see the ")
 }
 
-// compose writes the answer from the best sentences, each cited with its source's ref.
+// compose answers question from passages, every part of it from all of them; see composeParts.
 func compose(question string, zh bool, passages []passage, searchErrs []string) string {
-	if len(passages) == 0 && len(searchErrs) > 0 {
-		msg := strings.TrimRight(searchErrs[0], "。.!！ ")
-		return pick(zh, "检索失败："+msg+"。暂时无法根据资料回答这个问题。", "The search failed: "+msg+". I cannot answer from sources right now.")
+	q := parseQuestion(question)
+	q.zh = zh
+	results := make([][]passage, len(q.parts))
+	for i := range results {
+		results[i] = passages
 	}
-	notFound := pick(zh, "没有在检索到的资料中找到与该问题直接相关的内容。", "I could not find anything directly relevant to this question in the retrieved sources.")
-	qTerms := terms(zhQuestionPhrases.Replace(question))
-	if len(qTerms) == 0 {
+	return composeParts(q, results, searchErrs)
+}
+
+// composeParts writes the answer: for each part of the question the best sentences of that part's
+// search results, each cited with its source's ref, and a plain "not found" for a part nothing
+// answers. An answer drawn only from documents in the other language says so first.
+func composeParts(q question, results [][]passage, searchErrs []string) string {
+	total := 0
+	for _, r := range results {
+		total += len(r)
+	}
+	if total == 0 && len(searchErrs) > 0 {
+		msg := strings.TrimRight(searchErrs[0], "。.!！ ")
+		return pick(q.zh, "检索失败："+msg+"。暂时无法根据资料回答这个问题。", "The search failed: "+msg+". I cannot answer from sources right now.")
+	}
+	notFound := pick(q.zh, "没有在检索到的资料中找到与该问题直接相关的内容。", "I could not find anything directly relevant to this question in the retrieved sources.")
+	picked := make([][]scored, len(q.parts))
+	found, other := 0, 0
+	seen := map[string]bool{}
+	for i, p := range q.parts {
+		for _, c := range selectSentences(p, results[i]) {
+			// A sentence that answers two parts is said once.
+			if seen[c.text] {
+				continue
+			}
+			seen[c.text] = true
+			picked[i] = append(picked[i], c)
+			found++
+			if c.han != q.zh {
+				other++
+			}
+		}
+	}
+	if found == 0 {
 		return notFound
 	}
-	need := min(2, len(qTerms))
+	var b strings.Builder
+	switch {
+	case other < found:
+		b.WriteString(pick(q.zh, "根据检索到的资料：\n\n", "Based on the retrieved sources:\n\n"))
+	case q.zh:
+		b.WriteString("知识库中只有英文资料，以下为原文摘录：\n\n")
+	default:
+		b.WriteString("The knowledge base has this only in Chinese; the relevant passages:\n\n")
+	}
+	lines := 0
+	for i, p := range q.parts {
+		if len(picked[i]) == 0 {
+			if lines > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(pick(q.zh, "（没有在检索到的资料中找到关于“"+p.ask+"”的内容。）", "(I could not find anything about “"+p.ask+"” in the retrieved sources.)"))
+			lines++
+			continue
+		}
+		for _, c := range picked[i] {
+			if lines > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(c.text)
+			b.WriteString("[^" + strconv.Itoa(c.ref) + "^]")
+			lines++
+		}
+	}
+	return b.String()
+}
+
+// concept is one thing a question asks about: a term of its own, or a lexicon group whose
+// phrases all say the same. A sentence matches it when it contains any of its forms.
+type concept struct {
+	term    string   // a term of textseg.Terms; "" for a lexicon group
+	phrases []string // lower-case lexicon phrases
+	factor  float64  // 1 for the part's own words, topicFactor for the topic it borrowed
+}
+
+// topicFactor weights a topic a later part borrows from the first ("密码" in "忘了怎么办？"): it
+// says where to look, but the answering sentence need not repeat it.
+const topicFactor = 0.5
+
+func (c concept) in(terms map[string]bool, lower string) bool {
+	if c.term != "" {
+		// A lone Han character ("换", "查") is a word of its own; sentences hold it inside bigrams.
+		if r, size := utf8.DecodeRuneInString(c.term); size == len(c.term) && r >= 0x2E80 {
+			return strings.Contains(lower, c.term)
+		}
+		return terms[c.term]
+	}
+	for _, p := range c.phrases {
+		if textseg.ContainsPhrase(lower, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c concept) key() string {
+	if c.term != "" {
+		return c.term
+	}
+	return "\x00" + strings.Join(c.phrases, "|")
+}
+
+// conceptsOf returns the concepts of text: the lexicon groups it names, then the terms of what is
+// left, in a fixed order so that floating-point sums, and so the answer, are deterministic.
+func conceptsOf(text string, factor float64) []concept {
+	groups, rest := textseg.Domain.Match(textseg.StripQuestion(text))
+	var out []concept
+	for _, g := range groups {
+		ph := make([]string, len(g))
+		for i, p := range g {
+			ph[i] = strings.ToLower(p)
+		}
+		out = append(out, concept{phrases: ph, factor: factor})
+	}
+	ts := textseg.Terms(rest)
+	keys := make([]string, 0, len(ts))
+	for t := range ts {
+		keys = append(keys, t)
+	}
+	slices.Sort(keys)
+	for _, t := range keys {
+		out = append(out, concept{term: t, factor: factor})
+	}
+	return out
+}
+
+// selectSentences picks the sentences of passages that answer part p: those that share enough of
+// the part's concepts (weighted by rarity among the retrieved sentences), preferring figures for
+// an amount question and steps for a how-question; for a list question, the items of the best
+// sentence's section.
+func selectSentences(p qpart, passages []passage) []scored {
+	list := p.list
+	concepts := conceptsOf(p.text, 1)
+	own := len(concepts)
+	if p.topic != "" {
+		have := map[string]bool{}
+		for _, c := range concepts {
+			have[c.key()] = true
+		}
+		for _, c := range conceptsOf(p.topic, topicFactor) {
+			if !have[c.key()] {
+				concepts = append(concepts, c)
+			}
+		}
+	}
+	if own == 0 {
+		return nil
+	}
+	need := min(2, own)
 
 	type candidate struct {
-		text    string
-		ref     int
-		order   int
+		scored
 		terms   map[string]bool
+		lower   string
 		context map[string]bool // terms of the section heading
+		ctxLow  string
 		title   map[string]bool // terms of the document title
+		titLow  string
 		step    bool
 		hasNum  bool
 		hasUnit bool
 	}
-	want := quantityWanted(question)
-	howTo := asksHow(question)
+	want := quantityWanted(p.text)
+	howTo := asksHow(p.text)
 	titleTerms := map[string]map[string]bool{}
-	for _, p := range passages {
-		if titleTerms[p.title] == nil {
-			titleTerms[p.title] = terms(p.title)
+	for _, ps := range passages {
+		if titleTerms[ps.title] == nil {
+			titleTerms[ps.title] = textseg.Terms(ps.title)
 		}
 	}
 	var sents []candidate
 	seen := map[string]bool{}
-	for _, p := range passages {
-		for _, s := range passageSentences(p.content) {
+	for pi, ps := range passages {
+		for _, s := range passageSentences(ps.content) {
 			// Questions (FAQ headings) and lead-ins to a list ("…计算：") answer nothing by themselves.
 			if seen[s.text] || strings.HasSuffix(s.text, "？") || strings.HasSuffix(s.text, "?") || strings.HasSuffix(s.text, "：") || strings.HasSuffix(s.text, ":") {
 				continue
@@ -223,51 +390,63 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 			seen[s.text] = true
 			num, unit := want.match(s.text)
 			// The document's title and the section heading say what a sentence is about.
-			sents = append(sents, candidate{text: s.text, ref: p.ref, order: len(sents), terms: terms(s.text), context: terms(s.context), title: titleTerms[p.title], step: s.step, hasNum: num, hasUnit: unit})
+			sents = append(sents, candidate{
+				scored: scored{text: s.text, ref: ps.ref, order: len(sents), meta: isMetaSentence(s.text), han: textseg.ReadsAsChinese(s.text), pass: pi, ctx: s.context, item: s.item, step: s.step},
+				terms:  textseg.Terms(s.text), lower: strings.ToLower(s.text),
+				context: textseg.Terms(s.context), ctxLow: strings.ToLower(s.context),
+				title: titleTerms[ps.title], titLow: strings.ToLower(ps.title),
+				step: s.step, hasNum: num, hasUnit: unit,
+			})
 		}
 	}
-	// Terms are weighted by how rare they are among the retrieved sentences, so the words that
+	// Concepts are weighted by how rare they are among the retrieved sentences, so the words that
 	// distinguish the question ("写错") count more than the topic every result shares ("发票").
-	// The order of the terms is fixed so that floating-point sums, and so the answer, are
-	// deterministic.
-	qList := make([]string, 0, len(qTerms))
-	for t := range qTerms {
-		qList = append(qList, t)
-	}
-	slices.Sort(qList)
-	weight := make(map[string]float64, len(qTerms))
+	weight := make([]float64, len(concepts))
 	total := 0.0
-	for _, t := range qList {
+	for i, c := range concepts {
 		df := 0
 		for _, s := range sents {
-			if s.terms[t] {
+			if c.in(s.terms, s.lower) {
 				df++
 			}
 		}
-		weight[t] = 1 + math.Log(float64(len(sents)+1)/float64(df+1))
-		total += weight[t]
+		weight[i] = c.factor * (1 + math.Log(float64(len(sents)+1)/float64(df+1)))
+		total += weight[i]
 	}
 	var cands []scored
 	for _, s := range sents {
 		hit, ctxHit, sum := 0, 0, 0.0
-		for _, t := range qList {
+		var hits uint64
+		for i, c := range concepts {
 			switch {
-			case s.terms[t]:
-				hit++
-				sum += weight[t]
-			case s.context[t]:
+			case c.in(s.terms, s.lower):
+				if c.factor == 1 {
+					hit++
+				}
+				if i < 64 {
+					hits |= 1 << i
+				}
+				sum += weight[i]
+			case c.in(s.context, s.ctxLow):
 				// The heading says what the sentence is about ("## 自助重置密码" over "输入域账号…").
-				ctxHit++
-				sum += 0.5 * weight[t]
-			case s.title[t]:
+				if c.factor == 1 {
+					ctxHit++
+				}
+				sum += 0.5 * weight[i]
+			case c.in(s.title, s.titLow):
 				// The title says so too, but for every sentence of the document alike.
-				ctxHit++
-				sum += 0.25 * weight[t]
+				if c.factor == 1 {
+					ctxHit++
+				}
+				sum += 0.25 * weight[i]
 			}
 		}
 		score := sum / total
+		// A list item under a heading that names the question ("## Data classification") belongs to
+		// the list a list question asks for, though it does not repeat the heading's words.
+		listItem := list && s.item && ctxHit >= need
 		// One term of several is enough only when it is the question's distinctive one ("USB").
-		if hit == 0 || (2*hit+ctxHit < 2*need && score < extractiveSingleTermScore) || score < extractiveMinScore {
+		if (hit == 0 && !listItem) || (2*hit+ctxHit < 2*need && score < extractiveSingleTermScore) || score < extractiveMinScore {
 			continue
 		}
 		// A question after an amount ("几天", "多少钱", "how many days") is answered by a figure,
@@ -282,21 +461,32 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 		if howTo && s.step {
 			score += 0.2
 		}
-		fig := 0
-		if s.hasUnit {
-			fig = 2
-		} else if s.hasNum {
-			fig = 1
+		// The search ranked whole documents: of two equal sentences, the one from the better
+		// document wins.
+		switch s.pass {
+		case 0:
+			score += 0.1
+		case 1:
+			score += 0.05
 		}
-		cands = append(cands, scored{text: s.text, ref: s.ref, score: score, order: s.order, meta: isMetaSentence(s.text), figure: fig})
+		c := s.scored
+		c.score = score
+		c.hits = hits
+		if s.hasUnit {
+			c.figure = 2
+		} else if s.hasNum {
+			c.figure = 1
+		}
+		cands = append(cands, c)
 	}
 	if len(cands) == 0 {
-		return notFound
+		return nil
 	}
 	// Sentences about the document only serve when nothing else matched.
 	if slices.ContainsFunc(cands, func(c scored) bool { return !c.meta }) {
 		cands = slices.DeleteFunc(cands, func(c scored) bool { return c.meta })
 	}
+	cands = preferLanguage(cands, textseg.ReadsAsChinese(p.text))
 	// An amount question is answered by the sentences that give one, in the unit asked for if any do.
 	if best := slices.MaxFunc(cands, func(a, b scored) int { return cmp.Compare(a.figure, b.figure) }).figure; best > 0 {
 		cands = slices.DeleteFunc(cands, func(c scored) bool { return c.figure < best })
@@ -307,26 +497,83 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 		}
 		return cmp.Compare(a.order, b.order)
 	})
-	best := cands[0].score
+	best := cands[0]
 	var picked []scored
-	for _, c := range cands {
-		if len(picked) == extractiveMaxSentences || c.score < best*0.6 {
-			break
+	procedure := best.step && (howTo || asksRemedy(p.text))
+	if (list || procedure) && best.item {
+		// A list question is answered by the whole list, and a how-question by the whole procedure,
+		// that the best sentence belongs to. For a list question, a section whose heading names the
+		// question ("## 发票要求" for "发票有哪些规定") is that list even if another item scores higher.
+		from := best
+		if list {
+			bestCover := 0.0
+			for _, c := range cands {
+				if !c.item {
+					continue
+				}
+				cover := 0.0
+				for i, k := range concepts {
+					if k.in(textseg.Terms(c.ctx), strings.ToLower(c.ctx)) {
+						cover += weight[i]
+					}
+				}
+				if cover/total >= 0.5 && cover > bestCover+1e-9 {
+					from, bestCover = c, cover
+				}
+			}
 		}
-		picked = append(picked, c)
+		for _, s := range sents {
+			if s.pass == from.pass && s.ctx == from.ctx && s.item && !s.meta && len(picked) < extractiveMaxListSentences {
+				picked = append(picked, s.scored)
+			}
+		}
+	}
+	if len(picked) < 2 {
+		picked = picked[:0]
+		for _, c := range cands {
+			if len(picked) == extractiveMaxSentences || c.score < best.score*0.6 {
+				break
+			}
+			// The answer stays with the best source unless another says something nearly as
+			// relevant and names everything the best sentence names: a sentence that merely shares
+			// a word ("遗失" of a badge for "电脑丢了") does not drag in a second document.
+			if c.ref != best.ref && (c.score < best.score*extractiveOtherSourceShare || c.hits&best.hits != best.hits) {
+				continue
+			}
+			picked = append(picked, c)
+		}
 	}
 	// The answer reads in source order, like an excerpt, rather than by score.
 	slices.SortFunc(picked, func(a, b scored) int { return cmp.Compare(a.order, b.order) })
-	var b strings.Builder
-	b.WriteString(pick(zh, "根据检索到的资料：\n\n", "Based on the retrieved sources:\n\n"))
-	for i, c := range picked {
-		if i > 0 {
-			b.WriteString("\n")
+	return picked
+}
+
+// asksRemedy reports a question after what to do ("怎么办", "what now"), which a procedure answers.
+func asksRemedy(q string) bool {
+	lq := strings.ToLower(q)
+	return slices.ContainsFunc([]string{"怎么办", "怎么处理", "what now", "what should i do", "what do i do"}, func(w string) bool { return strings.Contains(lq, w) })
+}
+
+// preferLanguage keeps the candidates in the question's language unless those in the other
+// language answer clearly better: an English question is answered from an English document when
+// one matches, and from a Chinese one (with a notice) only when none does.
+func preferLanguage(cands []scored, zh bool) []scored {
+	same, other := -1.0, -1.0
+	for _, c := range cands {
+		if c.han == zh {
+			same = max(same, c.score)
+		} else {
+			other = max(other, c.score)
 		}
-		b.WriteString(c.text)
-		b.WriteString("[^" + strconv.Itoa(c.ref) + "^]")
 	}
-	return b.String()
+	switch {
+	case other < 0 || same < 0:
+		return cands
+	case same >= 0.8*other:
+		return slices.DeleteFunc(cands, func(c scored) bool { return c.han != zh })
+	default:
+		return slices.DeleteFunc(cands, func(c scored) bool { return c.han == zh })
+	}
 }
 
 // sentence is one statement of a passage; context is the heading it stands under, whose terms
@@ -335,6 +582,7 @@ type sentence struct {
 	text    string
 	context string
 	step    bool // from a numbered list item: a step of a procedure
+	item    bool // from a list item (numbered or not) or a table row
 }
 
 // splitSentences cuts a passage into plain-text sentences; see passageSentences.
@@ -373,13 +621,14 @@ func passageSentences(text string) []sentence {
 				continue
 			}
 			if s := rowSentence(heading, header, cells); s != "" {
-				out = append(out, sentence{text: s, context: heading})
+				out = append(out, sentence{text: s, context: heading, item: true})
 			}
 			continue
 		}
 		header = nil
 		line := cleanLine(raw)
 		step := numberedItem.MatchString(raw)
+		item := step || strings.HasPrefix(raw, "- ") || strings.HasPrefix(raw, "* ") || strings.HasPrefix(raw, "+ ")
 		if line == "" {
 			continue
 		}
@@ -387,23 +636,8 @@ func passageSentences(text string) []sentence {
 			heading = line
 			continue
 		}
-		start := 0
-		rs := []rune(line)
-		for i, r := range rs {
-			end := false
-			switch r {
-			case '。', '！', '？', '；', '!', '?', ';':
-				end = true
-			case '.':
-				end = i+1 == len(rs) || rs[i+1] == ' '
-			}
-			if end {
-				out = appendSentence(out, sentence{text: string(rs[start : i+1]), context: heading, step: step})
-				start = i + 1
-			}
-		}
-		if start < len(rs) {
-			out = appendSentence(out, sentence{text: string(rs[start:]), context: heading, step: step})
+		for _, t := range textseg.Sentences(line) {
+			out = appendSentence(out, sentence{text: t, context: heading, step: step, item: item})
 		}
 	}
 	return out
@@ -455,7 +689,7 @@ func rowSentence(heading string, header, cells []string) string {
 	for i := range cells {
 		cells[i] = strings.TrimRight(stripInline(cells[i]), "。.；;，, ")
 	}
-	zh := hasHan(heading + strings.Join(header, "") + strings.Join(cells, ""))
+	zh := textseg.HasHan(heading + strings.Join(header, "") + strings.Join(cells, ""))
 	colon, comma, afterLabel, stop := "：", "，", "，", "。"
 	if !zh {
 		colon, comma, afterLabel, stop = ": ", "; ", " — ", "."
@@ -551,90 +785,6 @@ func stripInline(s string) string {
 	return strings.TrimSpace(inlineMarkup.Replace(s))
 }
 
-// Han characters that carry little meaning in a question; bigrams containing them are ignored.
-const hanFunctionChars = "的了吗呢吧啊么是在和与或及我你他她它们这那哪个怎什几有能要可"
-
-// zhQuestionPhrases only phrase a question; they are cut out before the question's terms are
-// taken, so that they neither count as terms nor glue their neighbours into bigrams that occur
-// nowhere ("订多", "久到").
-var zhQuestionPhrases = strings.NewReplacer(
-	"多长时间", " ", "多久", " ", "多少", " ", "多长", " ", "怎么办", " ", "怎么", " ", "怎样", " ", "如何", " ",
-	"什么", " ", "是否", " ", "能不能", " ", "可不可以", " ", "可以吗", " ", "有没有", " ", "为什么", " ", "请问", " ",
-)
-
-var latinStopwords = map[string]bool{
-	"the": true, "an": true, "is": true, "are": true, "was": true, "were": true, "be": true,
-	"to": true, "of": true, "in": true, "on": true, "for": true, "and": true, "or": true,
-	"how": true, "what": true, "when": true, "where": true, "which": true, "who": true, "why": true,
-	"do": true, "does": true, "did": true, "can": true, "could": true, "should": true, "my": true,
-	"me": true, "we": true, "our": true, "you": true, "your": true, "it": true, "its": true,
-	"this": true, "that": true, "with": true, "about": true, "from": true, "by": true, "at": true,
-	"as": true, "if": true, "there": true, "get": true, "please": true, "need": true, "have": true,
-	"has": true, "will": true, "would": true, "any": true, "some": true, "into": true, "after": true,
-	"use": true, "i": true, "am": true, "not": true, "much": true, "many": true, "long": true,
-}
-
-// terms returns the scoring terms of s: character bigrams of Han text (a lone Han character counts
-// by itself) and lower-case Latin words, without function words and punctuation.
-func terms(s string) map[string]bool {
-	out := map[string]bool{}
-	var han []rune
-	var word []rune
-	flushHan := func() {
-		switch {
-		case len(han) == 1:
-			if !strings.ContainsRune(hanFunctionChars, han[0]) {
-				out[string(han)] = true
-			}
-		case len(han) > 1:
-			for i := 0; i+1 < len(han); i++ {
-				if strings.ContainsRune(hanFunctionChars, han[i]) || strings.ContainsRune(hanFunctionChars, han[i+1]) {
-					continue
-				}
-				out[string(han[i:i+2])] = true
-			}
-		}
-		han = han[:0]
-	}
-	flushWord := func() {
-		w := strings.ToLower(string(word))
-		word = word[:0]
-		if utf8.RuneCountInString(w) < 2 || latinStopwords[w] {
-			return
-		}
-		// A crude plural fold, so "passwords" meets "password".
-		if len(w) > 3 && strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss") {
-			w = w[:len(w)-1]
-		}
-		out[w] = true
-	}
-	for _, r := range s {
-		switch {
-		case unicode.Is(unicode.Han, r):
-			flushWord()
-			han = append(han, r)
-		case unicode.IsLetter(r) || unicode.IsDigit(r):
-			flushHan()
-			word = append(word, r)
-		default:
-			flushHan()
-			flushWord()
-		}
-	}
-	flushHan()
-	flushWord()
-	return out
-}
-
-func hasHan(s string) bool {
-	for _, r := range s {
-		if unicode.Is(unicode.Han, r) {
-			return true
-		}
-	}
-	return false
-}
-
 // quantity is what an amount question asks for: a figure, and possibly the units it comes in.
 type quantity struct {
 	number bool
@@ -645,8 +795,8 @@ type quantity struct {
 // 天, "差旅住宿标准是多少" any figure, "how long is the session" a duration.
 func quantityWanted(q string) quantity {
 	lq := strings.ToLower(q)
-	durations := []string{"分钟", "小时", "天", "工作日", "周", "个月", "年", "minute", "hour", "day", "week", "month", "year"}
-	for _, w := range []string{"多久", "多长时间", "多长", "how long", "what time", "几点", "when"} {
+	durations := []string{"分钟", "小时", "个小时", "天", "工作日", "个工作日", "周", "个月", "年", "minute", "hour", "day", "week", "month", "year"}
+	for _, w := range []string{"多久", "多长时间", "多长", "什么时候", "何时", "how long", "what time", "几点", "when"} {
 		if strings.Contains(lq, w) {
 			return quantity{number: true, units: durations}
 		}

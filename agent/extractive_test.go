@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -10,38 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/internal/textseg"
 	"github.com/citegate/citegate/store"
 )
-
-func TestTerms(t *testing.T) {
-	tests := []struct {
-		in      string
-		has     []string
-		hasNot  []string
-		isEmpty bool
-	}{
-		{in: "电子发票抬头写错了怎么办？", has: []string{"电子", "发票", "抬头", "写错"}, hasNot: []string{"怎么", "么办", "错了", "？"}},
-		{in: "How do I reset my VPN passwords?", has: []string{"reset", "vpn", "password"}, hasNot: []string{"how", "do", "my", "?"}},
-		{in: "年假", has: []string{"年假"}},
-		{in: "的了吗", isEmpty: true},
-		{in: "？！。,.", isEmpty: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got := terms(tc.in)
-			if tc.isEmpty {
-				assert.Empty(t, got)
-				return
-			}
-			for _, w := range tc.has {
-				assert.True(t, got[w], "missing %q in %v", w, got)
-			}
-			for _, w := range tc.hasNot {
-				assert.False(t, got[w], "unexpected %q", w)
-			}
-		})
-	}
-}
 
 func TestSplitSentences(t *testing.T) {
 	tests := []struct {
@@ -102,9 +74,9 @@ func TestCompose(t *testing.T) {
 			want: "根据检索到的资料：\n\n年假天数：满 1 年不满 10 年，法定年假 5 天。[^2^]",
 		},
 		{
-			name: "steps answer a how-question, under their heading", question: "How do I reset my password?",
+			name: "steps answer a how-question, the whole procedure", question: "How do I reset my password?",
 			ps:   []passage{{ref: 5, title: "Password Guide", content: "Passwords expire every 90 days.\n## Reset your password\n1. Open the password portal.\n2. Enter the code from the text message.\n3. Choose a new password.\nCall IT if you are stuck."}},
-			want: "Based on the retrieved sources:\n\nOpen the password portal.[^5^]\nChoose a new password.[^5^]",
+			want: "Based on the retrieved sources:\n\nOpen the password portal.[^5^]\nEnter the code from the text message.[^5^]\nChoose a new password.[^5^]",
 		},
 		{
 			name: "each sentence cites its own source", question: "出差伙食补贴多少钱",
@@ -116,12 +88,22 @@ func TestCompose(t *testing.T) {
 			want: "根据检索到的资料：\n\n伙食补贴：每天 100 元，无需发票。[^7^]",
 		},
 		{
-			name: "two sources, each cited for its own sentence", question: "发票抬头写错了能报销吗",
+			name: "two sources, each cited for its own sentence", question: "抬头写错的发票要红冲吗",
 			ps: []passage{
 				{ref: 3, title: "费用报销流程", content: "## 发票要求\n- 抬头写错的发票需先红冲再重开，不能直接报销。\n- 同一张发票只能报销一次。"},
-				{ref: 7, order: 1, title: "电子发票抬头开错了怎么办", content: "抬头写错时，先申请红冲原发票，再按正确抬头重新开具。\n如有疑问，请联系财务共享中心。"},
+				{ref: 7, title: "电子发票抬头开错了怎么办", content: "抬头写错的发票，先申请红冲原发票，再按正确抬头重新开具。\n如有疑问，请联系财务共享中心。"},
 			},
-			want: "根据检索到的资料：\n\n抬头写错的发票需先红冲再重开，不能直接报销。[^3^]\n抬头写错时，先申请红冲原发票，再按正确抬头重新开具。[^7^]",
+			want: "根据检索到的资料：\n\n抬头写错的发票需先红冲再重开，不能直接报销。[^3^]\n抬头写错的发票，先申请红冲原发票，再按正确抬头重新开具。[^7^]",
+		},
+		{
+			// A sentence of another document that shares only part of what the best one names
+			// ("发票" without "写错") does not join the answer.
+			name: "a second source that merely shares a word stays out", question: "抬头写错的发票要红冲吗",
+			ps: []passage{
+				{ref: 3, title: "费用报销流程", content: "## 发票要求\n- 抬头写错的发票需先红冲再重开，不能直接报销。"},
+				{ref: 7, title: "发票种类", content: "专票开错后必须红冲后重开。"},
+			},
+			want: "根据检索到的资料：\n\n抬头写错的发票需先红冲再重开，不能直接报销。[^3^]",
 		},
 		{
 			name: "nothing relevant", question: "火星探测器用什么推进剂？", ps: []passage{invoice, leave},
@@ -142,7 +124,7 @@ func TestCompose(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, compose(tc.question, hasHan(tc.question), tc.ps, tc.errs))
+			assert.Equal(t, tc.want, compose(tc.question, textseg.HasHan(tc.question), tc.ps, tc.errs))
 		})
 	}
 }
@@ -239,7 +221,10 @@ func TestExtractiveThroughLoop(t *testing.T) {
 			}
 			require.Len(t, started, 1)
 			assert.Equal(t, "call_1", started[0].CallID)
-			assert.JSONEq(t, `{"query":"`+tc.question+`"}`, started[0].Arguments)
+			// The search asks the question as asked, followed by the lexicon's synonyms for it.
+			var args struct{ Query string }
+			require.NoError(t, json.Unmarshal([]byte(started[0].Arguments), &args))
+			assert.True(t, strings.HasPrefix(args.Query, tc.question), args.Query)
 		})
 	}
 }
@@ -275,4 +260,45 @@ func TestExtractiveDeterministic(t *testing.T) {
 	})
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 2, n)
+}
+
+func TestParseQuestion(t *testing.T) {
+	tests := []struct {
+		q      string
+		asks   []string
+		topics []string
+		list   bool
+	}{
+		{"年假有几天？", []string{"年假有几天"}, []string{""}, false},
+		// A later part borrows the first part's topic.
+		{"密码多久过期？忘了怎么办？", []string{"密码多久过期", "忘了怎么办"}, []string{"", "密码"}, false},
+		{"那差旅报销需要哪些材料？多久能到账？", []string{"那差旅报销需要哪些材料", "多久能到账"}, []string{"", "差旅报销"}, true},
+		// A comma splits only between two clauses that both ask.
+		{"住宿标准是多少，伙食补贴呢？", []string{"住宿标准是多少", "伙食补贴呢"}, []string{"", "住宿标准"}, false},
+		{"我想问一下，年假有几天？", []string{"我想问一下，年假有几天"}, []string{""}, false},
+		// An instruction is no part; it makes the question a list question.
+		{"报销和发票有哪些规定？请列出要点", []string{"报销和发票有哪些规定"}, []string{""}, true},
+		{"What are the data classification levels? List them.", []string{"What are the data classification levels"}, []string{""}, true},
+		{"How long does a VPN session last, and how many devices can connect at once?", []string{"How long does a VPN session last", "how many devices can connect at once"}, []string{"", "VPN session last"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.q, func(t *testing.T) {
+			q := parseQuestion(tc.q)
+			var asks, topics []string
+			for _, p := range q.parts {
+				asks = append(asks, p.ask)
+				topics = append(topics, p.topic)
+				if tc.list {
+					assert.True(t, q.parts[0].list, "the first part asks for a list")
+				} else {
+					assert.False(t, p.list)
+				}
+			}
+			assert.Equal(t, tc.asks, asks)
+			assert.Equal(t, tc.topics, topics)
+		})
+	}
+	// The search query carries the lexicon's synonyms, so a paraphrase finds the document.
+	assert.Contains(t, parseQuestion("密码忘了怎么办？").parts[0].query, "忘记")
+	assert.Contains(t, parseQuestion("How do I book a meeting room?").parts[0].query, "会议室")
 }

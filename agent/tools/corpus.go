@@ -33,6 +33,8 @@ import (
 	"github.com/blevesearch/bleve/v2/mapping"
 	"github.com/blevesearch/bleve/v2/search/query"
 	"github.com/microcosm-cc/bluemonday"
+
+	"github.com/citegate/citegate/internal/textseg"
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/extension"
 	"golang.org/x/net/html"
@@ -80,6 +82,7 @@ type unit struct {
 	section int // index of the governing heading unit, -1 if none
 	header  int // for a table row: index of its table's header unit, -1 if none
 	terms   map[string]struct{}
+	english bool // the unit reads as English: Chinese query terms in it are a quoted title at most
 }
 
 // Corpus is the local knowledge corpus: documents in memory, a bleve in-memory index over their
@@ -407,7 +410,7 @@ func (c *Corpus) buildIndex() error {
 	// The CJK bigram filter turns runs of Han characters into overlapping pairs, so Chinese needs
 	// no dictionary; the English filters before it let "passwords" match "password".
 	if err := im.AddCustomTokenMap("citegate_zh_question_words", map[string]interface{}{
-		"type": tokenmap.Name, "tokens": zhQuestionWords,
+		"type": tokenmap.Name, "tokens": zhQuestionWords(),
 	}); err != nil {
 		return fmt.Errorf("corpus: analyzer: %w", err)
 	}
@@ -480,12 +483,13 @@ func (c *Corpus) buildIndex() error {
 	return nil
 }
 
-// zhQuestionWords are Han bigrams (and lone characters) that only phrase a question — "怎么办",
-// "是什么", "可以吗" — and would otherwise match whichever document happens to use them.
-var zhQuestionWords = []interface{}{
-	"怎么", "么办", "了怎", "要怎", "该怎", "怎样", "么样", "什么", "么是", "是什", "有什", "么时", "如何", "该如",
-	"为什", "哪些", "哪里", "哪个", "可以", "以吗", "是否", "是不", "不是", "有没", "没有", "多少", "请问",
-	"一下", "我的", "我们", "你们", "的是", "的话", "能不", "吗", "呢", "的", "了", "吧", "啊", "么",
+// zhQuestionWords is textseg.ZhQuestionWords as bleve's token map wants it.
+func zhQuestionWords() []interface{} {
+	out := make([]interface{}, len(textseg.ZhQuestionWords))
+	for i, w := range textseg.ZhQuestionWords {
+		out[i] = w
+	}
+	return out
 }
 
 // terms analyses s into its distinct index terms.
@@ -507,7 +511,7 @@ func (c *Corpus) splitUnits(blocks []block) []unit {
 		if s == "" {
 			return
 		}
-		u := unit{text: s, kind: kind, runes: utf8.RuneCountInString(s), section: section, header: -1, terms: c.terms(s)}
+		u := unit{text: s, kind: kind, runes: utf8.RuneCountInString(s), section: section, header: -1, terms: c.terms(s), english: !textseg.ReadsAsChinese(s)}
 		switch kind {
 		case unitHeading:
 			u.section = -1
@@ -526,7 +530,7 @@ func (c *Corpus) splitUnits(blocks []block) []unit {
 			add(b.kind, b.text)
 			continue
 		}
-		for _, sent := range splitSentences(b.text) {
+		for _, sent := range textseg.Sentences(b.text) {
 			for utf8.RuneCountInString(sent) > maxPassageRunes {
 				head, _ := truncateRunes(sent, maxPassageRunes)
 				add(b.kind, head)
@@ -534,24 +538,6 @@ func (c *Corpus) splitUnits(blocks []block) []unit {
 			}
 			add(b.kind, sent)
 		}
-	}
-	return out
-}
-
-// splitSentences splits after Chinese and Western sentence ends, keeping the punctuation.
-func splitSentences(s string) []string {
-	var out []string
-	start := 0
-	rs := []rune(s)
-	for i, r := range rs {
-		end := strings.ContainsRune("。！？；!?;", r) || (r == '.' && (i+1 == len(rs) || rs[i+1] == ' '))
-		if end {
-			out = append(out, string(rs[start:i+1]))
-			start = i + 1
-		}
-	}
-	if start < len(rs) {
-		out = append(out, string(rs[start:]))
 	}
 	return out
 }
@@ -603,11 +589,12 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 	type weighted struct {
 		term string
 		idf  float64
+		han  bool
 	}
 	terms := make([]weighted, 0, len(qterms))
 	for t := range qterms {
 		if w, ok := c.idf[t]; ok {
-			terms = append(terms, weighted{t, w})
+			terms = append(terms, weighted{t, w, textseg.HasHan(t)})
 		}
 	}
 	// A fixed order keeps floating-point sums, and so tie-breaks, deterministic.
@@ -642,6 +629,11 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 			for n, w := range terms {
 				maxIDF = max(maxIDF, w.idf)
 				if _, hit := d.units[k].terms[w.term]; !hit {
+					continue
+				}
+				// A Chinese name quoted in an English line ("the Chinese guide 域账号密码重置") does not
+				// make it the passage a Chinese query term asks for.
+				if w.han && d.units[k].english {
 					continue
 				}
 				switch seen[n] {
