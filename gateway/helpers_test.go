@@ -241,14 +241,15 @@ func (w *wsConn) send(v any) {
 	require.NoError(w.t, w.c.WriteJSON(v))
 }
 
-// next returns the next frame, failing after a timeout.
+// next returns the next frame. The timeout only bounds a hang: it is generous because a busy
+// machine under -race can take seconds to render a long history.
 func (w *wsConn) next() map[string]any {
 	w.t.Helper()
 	select {
 	case f, ok := <-w.frames:
 		require.True(w.t, ok, "websocket closed")
 		return f
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		w.t.Fatal("timed out waiting for a websocket frame")
 		return nil
 	}

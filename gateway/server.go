@@ -43,6 +43,9 @@ type Config struct {
 	Webhooks map[string]http.Handler
 	// ChatRatePerMinute limits chat.send per user; default 20 with a burst of 5.
 	ChatRatePerMinute int
+	// MaxConnsPerUser caps a user's open websocket connections; past it an upgrade is refused
+	// with 429 and a plain message. Default 16.
+	MaxConnsPerUser int
 	// AllowedOrigins are extra Origins (scheme://host[:port]) allowed for cookie-authenticated
 	// websocket upgrades; PublicURL's origin is always allowed.
 	AllowedOrigins []string
@@ -130,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
 	}
-	s.hub = newHub(s)
+	s.hub = newHub(s, cfg.Store, cfg.Agent, cfg.MaxConnsPerUser)
 	if s.handler, err = s.routes(); err != nil {
 		return nil, err
 	}

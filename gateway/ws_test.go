@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
 )
@@ -364,22 +368,20 @@ func TestServeGracefulShutdownClosesClients(t *testing.T) {
 }
 
 // TestSlowClientDropped: a client whose queue overflows is closed and counted; the producer never
-// blocks.
+// blocks (nobody drains this client's queue, so a blocking enqueue would hang the test).
 func TestSlowClientDropped(t *testing.T) {
 	e := newEnv(t)
-	c := &client{s: e.srv, user: store.User{ID: "u"}, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	c := newClient(e.srv, store.User{ID: "u"}, "zh")
 	frame := outFrame{data: []byte(`{"type":"answer.delta","text":"x"}`)}
-	start := time.Now()
 	for range maxQueuedFrames {
-		c.enqueue(frame)
+		require.True(t, c.enqueue(frame))
 	}
 	select {
 	case <-c.done:
 		t.Fatal("dropped before the queue was full")
 	default:
 	}
-	c.enqueue(frame) // one too many: nobody is writing
-	assert.Less(t, time.Since(start), 5*time.Second, "enqueue never blocks")
+	assert.False(t, c.enqueue(frame), "one too many: nobody is writing")
 	select {
 	case <-c.done:
 	default:
@@ -387,13 +389,14 @@ func TestSlowClientDropped(t *testing.T) {
 	}
 	c.mu.Lock()
 	assert.Empty(t, c.queue, "its pending frames are released")
+	assert.Equal(t, websocket.ClosePolicyViolation, c.closeCode, "the close frame will say why")
 	c.mu.Unlock()
-	c.enqueue(frame) // after the drop: ignored
+	assert.False(t, c.enqueue(frame), "after the drop: ignored")
 	_, _, body := e.do("GET", "/metrics", "", nil)
 	assert.Equal(t, 1.0, metricValue(t, body, "citegate_websocket_dropped_total"))
 
 	// The byte bound applies too.
-	c2 := &client{s: e.srv, user: store.User{ID: "u"}, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	c2 := newClient(e.srv, store.User{ID: "u"}, "zh")
 	big := outFrame{data: make([]byte, maxQueuedBytes/2+1)}
 	c2.enqueue(big)
 	c2.enqueue(big)
@@ -422,11 +425,13 @@ func TestWSOversizedFrame(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 }
 
-// TestWSKeepalive: a client that answers pings stays connected past several pong waits; one that
-// never reads (so never answers) is closed once the wait expires.
+// TestWSKeepalive: a client that never reads (so never answers pings) is closed once the pong wait
+// expires; one that answers stays connected. The wait is a few seconds so that the answering
+// client's pong is never late on a busy machine; the test waits for the silent client's close
+// instead of sleeping a fixed time.
 func TestWSKeepalive(t *testing.T) {
 	e := newEnv(t)
-	e.srv.pongWait = 300 * time.Millisecond
+	e.srv.pongWait = 3 * time.Second
 	_, tok := e.user("alice")
 	alive := e.mustWS(tok) // its reader goroutine answers pings
 	h := http.Header{}
@@ -439,9 +444,97 @@ func TestWSKeepalive(t *testing.T) {
 		_, _, body := e.do("GET", "/metrics", "", nil)
 		return metricValue(t, body, "citegate_websocket_clients")
 	}
-	require.Eventually(t, func() bool { return clients() == 2 }, 5*time.Second, 10*time.Millisecond)
-	time.Sleep(1200 * time.Millisecond) // four pong waits
-	assert.Equal(t, 1.0, clients(), "the silent client was closed, the answering one kept")
+	require.Eventually(t, func() bool { return clients() == 2 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return clients() == 1 }, 30*time.Second, 50*time.Millisecond,
+		"the silent client is closed")
 	alive.send(map[string]any{"type": "session.open", "sessionId": "x"})
 	assert.Equal(t, "error", alive.next()["type"], "the answering client still works")
+}
+
+// TestWSPerUserConnectionCap: past the cap an upgrade is refused with 429 and a plain message;
+// other users are not affected, and a closed connection frees its slot.
+func TestWSPerUserConnectionCap(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *agentCfg) { c.MaxConnsPerUser = 2 })
+	_, tok := e.user("alice")
+	_, bobTok := e.user("bob")
+	first := e.mustWS(tok)
+	e.mustWS(tok)
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+tok)
+	_, resp, err := e.dialWS(h)
+	require.Error(t, err)
+	require.NotNil(t, resp)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	var body struct {
+		Error struct{ Code, Message string }
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	assert.Equal(t, "rate_limited", body.Error.Code)
+	assert.Contains(t, body.Error.Message, "at most 2 per user")
+
+	e.mustWS(bobTok) // another user has slots of their own
+
+	require.NoError(t, first.c.Close())
+	require.Eventually(t, func() bool {
+		ws, _, err := e.dialWS(h)
+		if err != nil {
+			return false
+		}
+		ws.c.Close()
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "a closed connection frees its slot")
+}
+
+// TestWSEventRoutingNeverBlocksOnTheStore: the agent calls the hub in the run's goroutine. When
+// routing needs the store (the session's owner is not cached), the read happens elsewhere: the
+// hub returns while the read is still blocked, and the frames follow in order once it answers.
+func TestWSEventRoutingNeverBlocksOnTheStore(t *testing.T) {
+	e := newEnv(t)
+	u, tok := e.user("alice")
+	sess := e.session(u, "not cached") // created behind the hub's back: its owner is unknown
+	bs := &blockingStore{wsStore: e.st, entered: make(chan struct{}), release: make(chan struct{})}
+	e.srv.hub.st = bs
+	ws := e.mustWS(tok)
+	require.Eventually(t, func() bool { return len(e.srv.hub.clientsOf(u.ID)) == 1 }, 30*time.Second, time.Millisecond)
+
+	evs := []agent.Event{
+		{Type: agent.EventRunStarted, SessionID: sess.ID, RunID: "r1"},
+		{Type: agent.EventAnswerDelta, SessionID: sess.ID, RunID: "r1", Text: "一"},
+		{Type: agent.EventAnswerDelta, SessionID: sess.ID, RunID: "r1", Text: "二"},
+		{Type: agent.EventRunFinished, SessionID: sess.ID, RunID: "r1", Phase: store.PhaseCompleted},
+	}
+	for _, ev := range evs {
+		e.srv.hub.onEvent(ev)
+	}
+	select {
+	case <-bs.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the owner lookup never started")
+	}
+	assert.False(t, bs.returned.Load(), "every event was handed over while the store read was still blocked")
+	close(bs.release)
+	frames := ws.until("run.finished")
+	assert.Equal(t, []string{"run.started", "answer.delta", "answer.delta", "run.finished"}, types(frames))
+	assert.Equal(t, "一", frames[1]["text"])
+	assert.Equal(t, "二", frames[2]["text"])
+}
+
+// blockingStore blocks GetSession until release is closed.
+type blockingStore struct {
+	wsStore
+	once     sync.Once
+	entered  chan struct{}
+	release  chan struct{}
+	returned atomic.Bool
+}
+
+func (b *blockingStore) GetSession(ctx context.Context, id string) (store.Session, error) {
+	b.once.Do(func() { close(b.entered) })
+	defer b.returned.Store(true)
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return store.Session{}, ctx.Err()
+	}
+	return b.wsStore.GetSession(ctx, id)
 }

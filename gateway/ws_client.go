@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/citegate/citegate/store"
+)
+
+const (
+	writeWait = 10 * time.Second
+	// closeWait bounds the close frame's write: the connection is going away either way.
+	closeWait = time.Second
+	// defaultPongWait is how long a connection may stay silent (no frame, no pong) before it is
+	// closed; pings go out at half of it, leaving a whole half for the pong to arrive.
+	defaultPongWait = 60 * time.Second
+	// A client whose queue grows past these limits is too slow to follow its runs and is dropped;
+	// the queue itself only holds memory while frames are pending, so idle clients cost little.
+	maxQueuedFrames = 4096
+	maxQueuedBytes  = 4 << 20
+)
+
+type outFrame struct {
+	data []byte
+	at   time.Time // answer.delta: when the event happened, for the latency histogram
+}
+
+// client is one websocket connection, after gorilla/websocket's chat example: producers (the hub,
+// the frame handlers) only append to a bounded queue and never block; the write pump is the one
+// goroutine that writes data frames, and the read pump the one that reads. Every byte that reaches
+// the socket goes through gorilla's writer, which serialises frames (a control frame written from
+// another goroutine never lands inside a data frame) and remembers that the close frame was sent
+// (nothing is written after it: later writes fail with websocket.ErrCloseSent).
+type client struct {
+	s    *Server
+	conn *websocket.Conn // nil until the upgrade succeeded
+	user store.User
+	lang string
+
+	mu        sync.Mutex
+	queue     []outFrame
+	qBytes    int
+	closed    bool   // no more frames are accepted
+	closeCode int    // the close frame the write pump sends when done closes
+	closeText string // its reason
+
+	notify chan struct{} // capacity 1: "the queue is not empty"
+	done   chan struct{} // closed once by close()
+	once   sync.Once
+}
+
+func newClient(s *Server, u store.User, lang string) *client {
+	return &client{s: s, user: u, lang: lang, notify: make(chan struct{}, 1), done: make(chan struct{}),
+		closeCode: websocket.CloseGoingAway, closeText: "server closing connection"}
+}
+
+// close ends the connection: the write pump sends a close frame (unless one was sent already)
+// and closes the socket.
+func (c *client) close() { c.once.Do(func() { close(c.done) }) }
+
+// closeWith is close with a specific close frame; the first reason given wins.
+func (c *client) closeWith(code int, text string) {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		c.closeCode, c.closeText = code, text
+		c.queue, c.qBytes = nil, 0
+	}
+	c.mu.Unlock()
+	c.close()
+}
+
+// enqueue hands a frame to the connection without blocking; a client that cannot keep up is
+// dropped. It reports whether the frame was queued.
+func (c *client) enqueue(f outFrame) bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	size := len(f.data)
+	if size > maxQueuedBytes && len(c.queue) == 0 {
+		// One frame larger than the whole budget (the history of a long session) is not frames
+		// piling up behind a slow client: admit it alone, uncharged. A second one while it waits is
+		// charged in full, so at most one such frame is held.
+		size = 0
+	}
+	if len(c.queue) >= maxQueuedFrames || c.qBytes+size > maxQueuedBytes {
+		c.mu.Unlock()
+		c.s.m.wsDropped.Inc()
+		c.s.log.Warn("websocket client too slow, dropping it", "user", c.user.ID)
+		// 1008 (policy violation): the client did not read its frames in time.
+		c.closeWith(websocket.ClosePolicyViolation, "client too slow")
+		return false
+	}
+	c.queue = append(c.queue, f)
+	c.qBytes += size
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (c *client) send(v *wsFrame) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		c.s.log.Error("encode websocket frame", "type", v.Type, "err", err)
+		return
+	}
+	c.enqueue(outFrame{data: data})
+}
+
+func (c *client) sendError(code, msg, sessionID, clientMsgID string) {
+	c.send(&wsFrame{Type: "error", Code: code, Message: msg, SessionID: sessionID, ClientMsgID: clientMsgID})
+}
+
+// writePump is the connection's one data writer. It drains the queue in order, pings at half the
+// pong wait, and on close sends the close frame and closes the socket.
+func (c *client) writePump() {
+	ticker := time.NewTicker(c.s.pongWait / 2)
+	defer func() {
+		ticker.Stop()
+		_ = c.conn.Close()
+	}()
+	var batch []outFrame
+	for {
+		select {
+		case <-c.notify:
+			c.mu.Lock()
+			batch, c.queue = c.queue, batch[:0]
+			c.qBytes = 0
+			c.mu.Unlock()
+			for i, f := range batch {
+				select {
+				case <-c.done:
+					// Closing: the rest of the batch is not worth a blocked write.
+					clear(batch[i:])
+					c.sendClose()
+					return
+				default:
+				}
+				_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
+				if err := c.conn.WriteMessage(websocket.TextMessage, f.data); err != nil {
+					// A failed write (timeout, reset, close already sent) leaves gorilla's writer
+					// refusing every further write, so no partial frame is ever followed by bytes.
+					c.close()
+					return
+				}
+				if !f.at.IsZero() {
+					c.s.m.deltaLatency.Observe(time.Since(f.at).Seconds())
+				}
+			}
+			clear(batch)
+			if cap(batch) > 256 {
+				batch = nil // a burst is over; do not keep its memory on an idle client
+			}
+		case <-ticker.C:
+			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+				c.close()
+				return
+			}
+		case <-c.done:
+			c.sendClose()
+			return
+		}
+	}
+}
+
+// sendClose writes the close frame; gorilla refuses it (and anything else) when a close frame
+// was already sent, e.g. by the read pump answering the client's own close.
+func (c *client) sendClose() {
+	c.mu.Lock()
+	code, text := c.closeCode, c.closeText
+	c.mu.Unlock()
+	_ = c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(closeWait))
+}
+
+// readPump is the connection's one reader. gorilla's default handlers answer pings and close
+// frames through its own writer (see client); a pong or any frame extends the read deadline.
+func (c *client) readPump(ctx context.Context) {
+	c.conn.SetReadLimit(maxFrameBytes)
+	_ = c.conn.SetReadDeadline(time.Now().Add(c.s.pongWait))
+	c.conn.SetPongHandler(func(string) error { return c.conn.SetReadDeadline(time.Now().Add(c.s.pongWait)) })
+	for {
+		mt, data, err := c.conn.ReadMessage()
+		if err != nil {
+			return
+		}
+		_ = c.conn.SetReadDeadline(time.Now().Add(c.s.pongWait))
+		if mt != websocket.TextMessage {
+			c.sendError(CodeBadRequest, "frames must be JSON text", "", "")
+			continue
+		}
+		c.handle(ctx, data)
+	}
+}

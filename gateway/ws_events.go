@@ -1,0 +1,225 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/citations/markdown"
+	"github.com/citegate/citegate/store"
+)
+
+const (
+	// lookupWait bounds one store read made to route an event (in a lane, never in a run).
+	lookupWait = 2 * time.Second
+	// maxLaneEvents bounds the events held behind one session's store lookup; a lookup slower
+	// than a whole answer's worth of events loses the excess rather than growing without bound.
+	maxLaneEvents = 8192
+)
+
+// onEvent is the agent subscriber. It runs in the run's goroutine and must not block, so it never
+// reads the store: an event whose routing needs the store (a session whose owner is not cached, a
+// citations event whose answer this hub did not see) goes to the session's lane, where a goroutine
+// of its own does the read and routes the lane's events in order.
+func (h *hub) onEvent(ev agent.Event) {
+	defer h.s.recoverGo("websocket event routing")
+	if ev.At.IsZero() {
+		ev.At = time.Now()
+	}
+	h.runs.track(ev)
+	if !h.anyClients() {
+		return
+	}
+	owner, known := h.owners.get(ev.SessionID)
+	content, haveContent := "", true
+	if ev.Type == agent.EventCitations {
+		content, haveContent = h.runs.finalContent(ev)
+	}
+	if h.lanes.take(ev, !known || !haveContent) {
+		return
+	}
+	h.route(ev, owner, content)
+}
+
+// lanes hold, per session, the events waiting behind a store read. While a session has a lane,
+// every later event of the session joins it, so the session's frames keep their order.
+type lanes struct {
+	h  *hub
+	mu sync.Mutex
+	m  map[string][]agent.Event
+}
+
+func newLanes(h *hub) *lanes { return &lanes{h: h, m: make(map[string][]agent.Event)} }
+
+// take queues ev in its session's lane when the session has one, or opens one when needStore; it
+// reports whether ev was taken.
+func (l *lanes) take(ev agent.Event, needStore bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q, busy := l.m[ev.SessionID]
+	switch {
+	case busy:
+		if len(q) >= maxLaneEvents {
+			l.h.s.log.Warn("websocket event dropped: the store lookup for its session is too slow", "session", ev.SessionID, "type", ev.Type)
+			return true
+		}
+		l.m[ev.SessionID] = append(q, ev)
+		return true
+	case needStore:
+		l.m[ev.SessionID] = []agent.Event{ev}
+		go l.drain(ev.SessionID)
+		return true
+	}
+	return false
+}
+
+// drain routes the session's lane until it is empty, then closes it.
+func (l *lanes) drain(sessionID string) {
+	defer l.h.s.recoverGo("websocket event lane")
+	for {
+		l.mu.Lock()
+		evs := l.m[sessionID]
+		if len(evs) == 0 {
+			delete(l.m, sessionID)
+			l.mu.Unlock()
+			return
+		}
+		l.m[sessionID] = nil // still open: later events join it
+		l.mu.Unlock()
+		for _, ev := range evs {
+			owner := l.h.lookupOwner(sessionID)
+			if owner == "" {
+				continue
+			}
+			content := ""
+			if ev.Type == agent.EventCitations {
+				content = l.h.lookupContent(ev)
+			}
+			l.h.route(ev, owner, content)
+		}
+	}
+}
+
+// lookupOwner resolves a session's user from the store, caching the answer. Unknown sessions
+// resolve to "" (cached too: channel sessions have no desktop owner and stay unknown).
+func (h *hub) lookupOwner(sessionID string) string {
+	if u, ok := h.owners.get(sessionID); ok {
+		return u
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupWait)
+	defer cancel()
+	sess, err := h.st.GetSession(ctx, sessionID)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			h.s.storeErr("get_session", err)
+			return "" // not cached: the next event tries again
+		}
+		h.owners.set(sessionID, "")
+		return ""
+	}
+	h.owners.set(sessionID, sess.UserID)
+	return sess.UserID
+}
+
+// lookupContent reads the answer a citations event belongs to.
+func (h *hub) lookupContent(ev agent.Event) string {
+	if c, ok := h.runs.finalContent(ev); ok {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupWait)
+	defer cancel()
+	m, err := h.st.GetMessage(ctx, ev.MessageID)
+	if err != nil {
+		h.s.storeErr("get_message", err)
+		return ""
+	}
+	return m.Content
+}
+
+// route encodes ev for the owner's clients and queues it on each; content is the final answer for
+// a citations event.
+func (h *hub) route(ev agent.Event, owner, content string) {
+	if owner == "" {
+		return
+	}
+	cs := h.clientsOf(owner)
+	if len(cs) == 0 {
+		return
+	}
+	f := &wsFrame{Type: string(ev.Type), SessionID: ev.SessionID, RunID: ev.RunID}
+	switch ev.Type {
+	case agent.EventRunStarted:
+		f.UserMessageID, f.Model = ev.UserMessageID, ev.Model
+	case agent.EventToolStarted:
+		f.CallID, f.Tool, f.Arguments = ev.CallID, ev.Tool, ev.Arguments
+	case agent.EventToolFinished:
+		ok := ev.OK
+		f.CallID, f.Tool, f.OK = ev.CallID, ev.Tool, &ok
+	case agent.EventAnswerDelta:
+		f.Text = ev.Text
+		data, err := json.Marshal(f)
+		if err != nil {
+			return
+		}
+		queued := false
+		for _, c := range cs {
+			if c.enqueue(outFrame{data: data, at: ev.At}) {
+				queued = true
+			}
+		}
+		if queued {
+			// The send just made a connection's writer runnable; yield so it gets the CPU before
+			// this run goroutine goes on with CPU-heavy work (rendering, persistence). Without this
+			// the delta waits for the next preemption on a busy machine.
+			runtime.Gosched()
+		}
+		return
+	case agent.EventAnswerFinal:
+		final := ev.Content
+		f.MessageID, f.Content = ev.MessageID, &final
+		h.perLang(cs, f, func(lang string) string {
+			return markdown.Render(final, nil, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
+		})
+		return
+	case agent.EventCitations:
+		f.MessageID, f.Citations = ev.MessageID, ev.Citations
+		h.perLang(cs, f, func(lang string) string {
+			return markdown.Render(content, ev.Citations, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
+		})
+		return
+	case agent.EventRunFinished:
+		f.Phase, f.Error = ev.Phase, ev.Error
+	default:
+		return // an event type this gateway does not know is not forwarded
+	}
+	data, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		c.enqueue(outFrame{data: data})
+	}
+}
+
+// perLang renders html once per language among the clients and sends each its version.
+func (h *hub) perLang(cs []*client, f *wsFrame, render func(lang string) string) {
+	byLang := map[string][]byte{}
+	for _, c := range cs {
+		data, ok := byLang[c.lang]
+		if !ok {
+			html := render(c.lang)
+			g := *f
+			g.HTML = &html
+			var err error
+			if data, err = json.Marshal(&g); err != nil {
+				return
+			}
+			byLang[c.lang] = data
+		}
+		c.enqueue(outFrame{data: data})
+	}
+}
