@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,20 @@ type e2e struct {
 	literalCaret bool
 }
 
-func newE2E(t *testing.T, opt testkit.StackOptions) *e2e {
+// newE2E builds a plain-mode account (no encoding_aes_key).
+func newE2E(t *testing.T, opt testkit.StackOptions) *e2e { t.Helper(); return newE2EKey(t, opt, "") }
+
+// newE2EFor builds an account in the mode a test pushes in: safe mode needs the key, and with the
+// key set WeChat (and the channel) takes only encrypted pushes.
+func newE2EFor(t *testing.T, opt testkit.StackOptions, safe bool) *e2e {
+	t.Helper()
+	if safe {
+		return newE2EKey(t, opt, wechatfake.NewAESKey())
+	}
+	return newE2EKey(t, opt, "")
+}
+
+func newE2EKey(t *testing.T, opt testkit.StackOptions, key string) *e2e {
 	t.Helper()
 	logs := &testkit.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -43,7 +57,6 @@ func newE2E(t *testing.T, opt testkit.StackOptions) *e2e {
 	stack := testkit.NewStack(t, opt)
 	api := wechatfake.NewServer(testAppID, testSecret)
 	t.Cleanup(api.Close)
-	key := wechatfake.NewAESKey()
 	ch, err := New(Config{AppID: testAppID, AppSecret: testSecret, Token: testToken, EncodingAESKey: key,
 		APIBaseURL: api.URL, Logger: log})
 	require.NoError(t, err)
@@ -80,6 +93,8 @@ func (e *e2e) start(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
+	// The replay cache lives in the stack's database, as in serve.
+	e.ch.UseReplayGuard(e.stack.Store)
 	require.NoError(t, e.ch.Start(ctx, e.stack.Dispatcher.Handler(e.ch)))
 }
 
@@ -128,7 +143,7 @@ func (e *e2e) assertMarkerFree(t *testing.T) {
 func TestE2EExtractiveAnswer(t *testing.T) {
 	for _, safe := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "aes"}[safe], func(t *testing.T) {
-			e := newE2E(t, testkit.StackOptions{SourcesFooter: true})
+			e := newE2EFor(t, testkit.StackOptions{SourcesFooter: true}, safe)
 			e.ask(t, "年假有多少天？", 1001, wechatfake.Delivery{Safe: safe})
 			msgs := e.api.Messages()
 			require.NotEmpty(t, msgs)
@@ -151,30 +166,34 @@ func TestE2EExtractiveAnswer(t *testing.T) {
 }
 
 func TestE2ERedeliveryRunsOnce(t *testing.T) {
-	model := testkit.NewScriptedModel("答案[^1^]。", []int{3})
-	e := newE2E(t, testkit.StackOptions{Model: model})
-	// WeChat re-sends the very same request (same MsgId) up to 3 times.
-	three := wechatfake.Delivery{Attempts: 3, Always: true}
-	e.ask(t, "问题一", 2001, three)
-	assert.Equal(t, 1, e.runs(t))
-	assert.Equal(t, []string{"答案。"}, e.texts())
+	for _, safe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "aes"}[safe], func(t *testing.T) {
+			model := testkit.NewScriptedModel("答案[^1^]。", []int{3})
+			e := newE2EFor(t, testkit.StackOptions{Model: model}, safe)
+			// WeChat re-sends the very same request (same query, same body, same MsgId) up to 3
+			// times; each resend gets "success" and nothing starts twice.
+			three := wechatfake.Delivery{Attempts: 3, Always: true, Safe: safe}
+			e.ask(t, "问题一", 2001, three)
+			assert.Equal(t, 1, e.runs(t))
+			assert.Equal(t, []string{"答案。"}, e.texts())
+			e.ask(t, "问题二", 2002, three)
+			assert.Equal(t, 2, e.runs(t))
 
-	safeThree := wechatfake.Delivery{Attempts: 3, Always: true, Safe: true}
-	e.ask(t, "问题二", 2002, safeThree)
-	assert.Equal(t, 2, e.runs(t))
+			// After a restart the dedup keys are still there: a fresh push of the same MsgId (new
+			// timestamp and nonce) is acknowledged and not run again.
+			e.stack.Restart(t)
+			e.start(t)
+			e.ask(t, "问题一", 2001, three)
+			e.ask(t, "问题二", 2002, three)
+			assert.Equal(t, 2, e.runs(t))
+			assert.Len(t, e.api.Messages(), 2)
 
-	// After a restart the dedup keys are still there.
-	e.stack.Restart(t)
-	e.start(t)
-	e.ask(t, "问题一", 2001, three)
-	e.ask(t, "问题二", 2002, safeThree)
-	assert.Equal(t, 2, e.runs(t))
-	assert.Len(t, e.api.Messages(), 2)
-
-	// A new MsgId after the restart is answered.
-	e.ask(t, "问题三", 2003, wechatfake.Delivery{})
-	assert.Equal(t, 3, e.runs(t))
-	assert.Len(t, e.api.Messages(), 3)
+			// A new MsgId after the restart is answered.
+			e.ask(t, "问题三", 2003, wechatfake.Delivery{Safe: safe})
+			assert.Equal(t, 3, e.runs(t))
+			assert.Len(t, e.api.Messages(), 3)
+		})
+	}
 }
 
 func TestE2ENoMarkerForAnyChunking(t *testing.T) {
@@ -291,4 +310,31 @@ func TestE2EModelFailureIsShown(t *testing.T) {
 	require.Len(t, texts, 1)
 	assert.True(t, strings.HasPrefix(texts[0], "抱歉"), texts[0])
 	assert.Contains(t, texts[0], "upstream model unavailable")
+}
+
+// TestE2EForgeriesStartNothing pushes forged requests through the whole stack: none starts a run
+// or sends anything to the (spoofed) user, and the real push afterwards is answered.
+func TestE2EForgeriesStartNothing(t *testing.T) {
+	model := testkit.NewScriptedModel("答案[^1^]。", []int{3})
+	e := newE2EFor(t, testkit.StackOptions{Model: model}, true)
+	ctx := context.Background()
+	year2100 := strconv.FormatInt(time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), 10)
+	forgeries := []wechatfake.Delivery{
+		{Safe: false},                     // plaintext, correctly signed, while the key is set
+		{Safe: true, Timestamp: year2100}, // encrypted and signed, far from the clock
+		{Safe: true, BadSignature: true},
+	}
+	for i, d := range forgeries {
+		resps, err := e.client.SendText(ctx, testOpenID, "伪造", int64(8000+i), d)
+		require.NoError(t, err)
+		require.NoError(t, resps[0].Err)
+		assert.Equal(t, http.StatusForbidden, resps[0].Status, "forgery %d", i)
+	}
+	e.stack.Wait(t)
+	assert.Zero(t, model.Calls(), "no run started")
+	assert.Empty(t, e.api.Messages(), "no customer-service message sent")
+	assert.Empty(t, e.api.Typing())
+
+	e.ask(t, "真的问题", 8100, wechatfake.Delivery{Safe: true})
+	assert.Equal(t, []string{"答案。"}, e.texts())
 }

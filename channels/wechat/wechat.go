@@ -53,6 +53,11 @@ type Config struct {
 	Logger                                  *slog.Logger
 	// HTTPClient sends the outbound API calls; nil means a client with a 15 s timeout.
 	HTTPClient *http.Client
+	// Now is the clock the timestamp window is checked against; nil means time.Now.
+	Now func() time.Time
+	// Replay remembers (timestamp, nonce) pairs already accepted. Nil means an in-memory cache,
+	// which forgets on restart; serve passes the store (UseReplayGuard) so it does not.
+	Replay ReplayGuard
 }
 
 // Channel is the WeChat Official Account channel. It implements channels.WebhookChannel.
@@ -63,6 +68,10 @@ type Channel struct {
 	log *slog.Logger
 
 	started atomic.Pointer[startState]
+
+	now    func() time.Time
+	replay ReplayGuard
+	bodies *recentBodies
 
 	// typingEvery re-sends the typing indicator, which WeChat shows for about 15 seconds, while a run
 	// lasts; typingFor bounds how long a reply keeps it alive if it is never finished.
@@ -110,6 +119,12 @@ func New(cfg Config) (*Channel, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 15 * time.Second}
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Replay == nil {
+		cfg.Replay = newMemoryGuard(cfg.Now)
+	}
 	// Every message starts with "wechat:"; the caller may add a channel attribute of its own.
 	log := cfg.Logger
 	// The SDK object serves the inbound side only (signature, decryption, parsing). Its cache is
@@ -128,9 +143,12 @@ func New(cfg Config) (*Channel, error) {
 		oa:  oa,
 		api: &apiClient{
 			base: base, appID: cfg.AppID, appSecret: cfg.AppSecret,
-			http: cfg.HTTPClient, log: log, now: time.Now, backoff: 500 * time.Millisecond,
+			http: cfg.HTTPClient, log: log, now: cfg.Now, backoff: 500 * time.Millisecond,
 		},
 		log:         log,
+		now:         cfg.Now,
+		replay:      cfg.Replay,
+		bodies:      newRecentBodies(cfg.Now),
 		typingEvery: 10 * time.Second,
 		typingFor:   10 * time.Minute,
 		handoffWait: 3 * time.Second,
@@ -148,6 +166,14 @@ func checkAESKey(k string) error {
 		return fmt.Errorf("wechat: encoding_aes_key: %w", err)
 	}
 	return nil
+}
+
+// UseReplayGuard replaces the replay cache, e.g. with the store so that it survives a restart. Call
+// it before Start.
+func (c *Channel) UseReplayGuard(g ReplayGuard) {
+	if g != nil {
+		c.replay = g
+	}
 }
 
 // Name returns "wechat".
@@ -193,11 +219,14 @@ func (c *Channel) Routes() map[string]http.Handler {
 	return map[string]http.Handler{Route: http.HandlerFunc(c.serveHTTP)}
 }
 
-// serveHTTP answers WeChat's URL check (GET with echostr) and message pushes (POST). A bad signature
-// gets 403 and nothing else happens. A message is handed to the dispatcher, then acknowledged with
-// "success". In safe mode too: only a passive reply with content must be encrypted, while a plain
-// "success" (or an empty body) just stops WeChat's retries (developer-community answer on message
-// pushes; the SDK's encrypted empty payload is not documented anywhere).
+// serveHTTP answers WeChat's URL check (GET with echostr) and message pushes (POST). Nobody but
+// WeChat gets in: the signature must match, the timestamp must be within TimestampWindow of the
+// server clock, a (timestamp, nonce) pair is accepted once (ReplayGuard), and with an
+// encoding_aes_key only encrypted messages are taken. Every such refusal is the same 403 and starts
+// nothing. An accepted message is handed to the dispatcher, then acknowledged with "success". In
+// safe mode too: only a passive reply with content must be encrypted, while a plain "success" (or an
+// empty body) just stops WeChat's retries (developer-community answer on message pushes; the SDK's
+// encrypted empty payload is not documented anywhere).
 func (c *Channel) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	st := c.started.Load()
 	if st == nil {
@@ -211,21 +240,43 @@ func (c *Channel) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		http.Error(w, "body too large or unreadable", http.StatusRequestEntityTooLarge)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		// Too slow (the gateway's read deadline) or cut off: nothing was checked, nothing starts.
+		http.Error(w, "body unreadable", http.StatusBadRequest)
 		return
 	}
 	q := r.URL.Query()
-	if !sameString(q.Get("signature"), util.Signature(c.cfg.Token, q.Get("timestamp"), q.Get("nonce"))) {
-		c.log.Warn("wechat: webhook signature mismatch", "remote", r.RemoteAddr)
-		http.Error(w, "invalid signature", http.StatusForbidden)
+	ts, nonce := q.Get("timestamp"), q.Get("nonce")
+	if !sameString(q.Get("signature"), util.Signature(c.cfg.Token, ts, nonce)) {
+		c.reject(w, r, "signature mismatch")
 		return
 	}
-	if r.Method == http.MethodGet && !q.Has("echostr") {
-		http.Error(w, "missing echostr", http.StatusBadRequest)
+	if !c.fresh(ts) {
+		c.reject(w, r, "timestamp outside the accepted window", "timestamp", ts)
+		return
+	}
+	if r.Method == http.MethodGet {
+		if !q.Has("echostr") {
+			http.Error(w, "missing echostr", http.StatusBadRequest)
+			return
+		}
+		// The URL check is harmless to repeat (it only echoes), so it skips the replay cache.
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		c.serveSDKRequest(w, r, st)
 		return
 	}
 	safe := q.Get("encrypt_type") == "aes"
-	if r.Method == http.MethodPost && safe {
+	if !safe && c.cfg.EncodingAESKey != "" {
+		// A plaintext push is signed only over (token, timestamp, nonce), not over its body; with a
+		// key configured the account is in safe mode and WeChat encrypts every push.
+		c.reject(w, r, "plaintext message refused: encoding_aes_key is set, so only encrypted messages are accepted")
+		return
+	}
+	if safe {
 		if c.cfg.EncodingAESKey == "" {
 			c.log.Error("wechat: safe-mode message but encoding_aes_key is not configured")
 			http.Error(w, "safe mode not configured", http.StatusBadRequest)
@@ -236,15 +287,62 @@ func (c *Channel) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "bad encrypted envelope", http.StatusBadRequest)
 			return
 		}
-		want := util.Signature(c.cfg.Token, q.Get("timestamp"), q.Get("nonce"), env.EncryptedMsg)
+		want := util.Signature(c.cfg.Token, ts, nonce, env.EncryptedMsg)
 		if !sameString(q.Get("msg_signature"), want) {
-			c.log.Warn("wechat: webhook msg_signature mismatch", "remote", r.RemoteAddr)
-			http.Error(w, "invalid msg_signature", http.StatusForbidden)
+			c.reject(w, r, "msg_signature mismatch")
 			return
 		}
 	}
-
+	key := "wechat-replay:" + ts + ":" + nonce
+	first, err := c.replay.MarkSeen(r.Context(), key, replayTTL)
+	if err != nil {
+		// Without the cache a replay cannot be told apart; WeChat retries a 503 a few seconds later.
+		c.log.Error("wechat: replay cache unavailable; push refused for now", "err", err)
+		http.Error(w, "temporarily unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if !first {
+		if c.bodies.same(key, body) {
+			// WeChat's own resend of a request whose answer was slow: the message is with the
+			// dispatcher already.
+			c.log.Debug("wechat: identical resend acknowledged", "timestamp", ts)
+			writeSuccess(w)
+			return
+		}
+		c.reject(w, r, "replayed timestamp and nonce", "timestamp", ts)
+		return
+	}
+	c.bodies.remember(key, body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	c.serveSDKRequest(w, r, st)
+}
+
+// reject answers a request that did not prove it comes from WeChat. The answer is the same whatever
+// was wrong; the log says what.
+func (c *Channel) reject(w http.ResponseWriter, r *http.Request, why string, attrs ...any) {
+	c.log.Warn("wechat: webhook request rejected: "+why, append([]any{"remote", r.RemoteAddr}, attrs...)...)
+	http.Error(w, "forbidden", http.StatusForbidden)
+}
+
+// fresh reports whether a push's timestamp (Unix seconds) is within TimestampWindow of the clock.
+func (c *Channel) fresh(ts string) bool {
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return false
+	}
+	d := c.now().Sub(time.Unix(sec, 0))
+	return d <= TimestampWindow && d >= -TimestampWindow
+}
+
+func writeSuccess(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte("success"))
+}
+
+// serveSDKRequest lets the SDK decrypt and parse a request whose origin is established, hands a
+// message to the dispatcher and answers WeChat.
+func (c *Channel) serveSDKRequest(w http.ResponseWriter, r *http.Request, st *startState) {
 	rec := &bufferedWriter{header: w.Header()}
 	srv := c.oa.GetServer(r, rec)
 	var inbound *channels.Message

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -180,17 +181,23 @@ func TestVerifyEchostr(t *testing.T) {
 	require.NoError(t, err)
 	r.Body.Close()
 	assert.Equal(t, http.StatusForbidden, r.StatusCode)
-	r, err = http.Get(h.client.URL + "?timestamp=1&nonce=2&signature=" + wechatfake.Sign(testToken, "1", "2"))
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	r, err = http.Get(h.client.URL + "?timestamp=" + now + "&nonce=2&signature=" + wechatfake.Sign(testToken, now, "2"))
 	require.NoError(t, err)
 	r.Body.Close()
 	assert.Equal(t, http.StatusBadRequest, r.StatusCode)
+	// A verification signed long ago is refused like any forgery.
+	r, err = http.Get(h.client.URL + "?timestamp=1&nonce=2&echostr=e&signature=" + wechatfake.Sign(testToken, "1", "2"))
+	require.NoError(t, err)
+	r.Body.Close()
+	assert.Equal(t, http.StatusForbidden, r.StatusCode)
 }
 
 func TestWebhookDeliversText(t *testing.T) {
 	for _, safe := range []bool{false, true} {
 		name := map[bool]string{false: "plain", true: "aes"}[safe]
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, wechatfake.NewAESKey(), true)
+			h := newHarness(t, keyFor(safe), true)
 			resps, err := h.client.SendText(context.Background(), testOpenID, "  什么是 bbolt？ ", 7001, wechatfake.Delivery{Safe: safe})
 			require.NoError(t, err)
 			require.Len(t, resps, 1)
@@ -206,6 +213,15 @@ func TestWebhookDeliversText(t *testing.T) {
 			}, got[0])
 		})
 	}
+}
+
+// keyFor returns an EncodingAESKey for safe-mode tests and none for plain-mode ones: with a key
+// set, the channel accepts only encrypted pushes.
+func keyFor(safe bool) string {
+	if safe {
+		return wechatfake.NewAESKey()
+	}
+	return ""
 }
 
 func TestWebhookRejectsBadSignatures(t *testing.T) {
@@ -263,7 +279,7 @@ func TestWebhookNonTextAndEvents(t *testing.T) {
 	for _, safe := range []bool{false, true} {
 		name := map[bool]string{false: "plain", true: "aes"}[safe]
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, wechatfake.NewAESKey(), true)
+			h := newHarness(t, keyFor(safe), true)
 			ctx := context.Background()
 			resps, err := h.client.Deliver(ctx, testOpenID, h.client.ImageXML(testOpenID, 55, time.Now()), wechatfake.Delivery{Safe: safe})
 			require.NoError(t, err)

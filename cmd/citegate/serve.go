@@ -58,6 +58,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if err != nil {
 		return err
 	}
+	useStoreForReplays(chans, st)
 	webhooks := map[string]http.Handler{}
 	for _, ch := range chans {
 		if wh, ok := ch.(channels.WebhookChannel); ok {

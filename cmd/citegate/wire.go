@@ -10,6 +10,8 @@ import (
 
 	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/agent/tools"
+	"github.com/citegate/citegate/channels"
+	"github.com/citegate/citegate/channels/wechat"
 	"github.com/citegate/citegate/store"
 )
 
@@ -84,5 +86,15 @@ func closeAgent(ag *agent.Agent, log *slog.Logger) {
 	defer cancel()
 	if err := ag.Close(ctx); err != nil {
 		log.Warn("agent did not stop cleanly", "err", err)
+	}
+}
+
+// useStoreForReplays gives webhook channels that check request freshness the database as their
+// replay cache, so a captured request cannot be replayed after a restart.
+func useStoreForReplays(chans []channels.Channel, st *store.Store) {
+	for _, ch := range chans {
+		if wc, ok := ch.(*wechat.Channel); ok {
+			wc.UseReplayGuard(st)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,6 +49,9 @@ type Delivery struct {
 	Always bool
 	// Timeout per attempt; 0 means WeChat's 5 seconds.
 	Timeout time.Duration
+	// Timestamp and Nonce replace the query values WeChat would pick (the current time and a fresh
+	// nonce); the request is signed over them. Tests use them for stale clocks and replays.
+	Timestamp, Nonce string
 }
 
 // Response is the gateway's answer to one attempt.
@@ -123,7 +127,7 @@ func (c *Client) SendText(ctx context.Context, openID, content string, msgID int
 // Verify performs the URL check WeChat makes when the server address is saved: a signed GET with
 // echostr, which the gateway must echo.
 func (c *Client) Verify(ctx context.Context, echostr string, badSignature bool) (Response, error) {
-	q := c.signedQuery(badSignature)
+	q := c.signedQuery(badSignature, "", "")
 	q.Set("echostr", echostr)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"?"+q.Encode(), nil)
 	if err != nil {
@@ -132,9 +136,16 @@ func (c *Client) Verify(ctx context.Context, echostr string, badSignature bool) 
 	return c.do(req), nil
 }
 
-func (c *Client) signedQuery(bad bool) url.Values {
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	nonce := strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+// nonceSeq makes nonces unique within the process even when two pushes share a clock reading.
+var nonceSeq atomic.Int64
+
+func (c *Client) signedQuery(bad bool, ts, nonce string) url.Values {
+	if ts == "" {
+		ts = strconv.FormatInt(time.Now().Unix(), 10)
+	}
+	if nonce == "" {
+		nonce = strconv.FormatInt(time.Now().UnixNano()%1e9, 10) + strconv.FormatInt(nonceSeq.Add(1), 10)
+	}
 	tok := c.Token
 	if bad {
 		tok += "-wrong"
@@ -145,7 +156,7 @@ func (c *Client) signedQuery(bad bool) url.Values {
 // Deliver pushes one message XML from openID, encrypted when d.Safe, and re-sends the identical
 // request as d says. It returns one Response per attempt made.
 func (c *Client) Deliver(ctx context.Context, openID string, msgXML []byte, d Delivery) ([]Response, error) {
-	q := c.signedQuery(d.BadSignature)
+	q := c.signedQuery(d.BadSignature, d.Timestamp, d.Nonce)
 	q.Set("openid", openID)
 	body := msgXML
 	if d.Safe {
