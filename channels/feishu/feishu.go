@@ -50,6 +50,8 @@ type Config struct {
 	// DisableCardKit makes every answer a plain text reply (no streaming card).
 	DisableCardKit bool
 	Logger         *slog.Logger
+	// Now is the clock webhook timestamps are checked against; nil means time.Now.
+	Now func() time.Time
 }
 
 // Channel is the Feishu/Lark channel. It implements channels.WebhookChannel.
@@ -111,7 +113,10 @@ func New(cfg Config) (*Channel, error) {
 			lark.WithLogLevel(larkcore.LogLevelInfo),
 			lark.WithReqTimeout(30*time.Second),
 		),
-		now: time.Now,
+		now: cfg.Now,
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 	c.tokens = tokenSource{c: c}
 	c.webhook = c.newWebhookHandler()

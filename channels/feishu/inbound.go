@@ -1,20 +1,17 @@
 package feishu
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"runtime/debug"
 	"strings"
 
 	larkcore "github.com/larksuite/oapi-sdk-go/v3/core"
-	"github.com/larksuite/oapi-sdk-go/v3/core/httpserverext"
 	larkevent "github.com/larksuite/oapi-sdk-go/v3/event"
 	"github.com/larksuite/oapi-sdk-go/v3/event/dispatcher"
 	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
@@ -289,54 +286,6 @@ func deref(p *string) string {
 		return ""
 	}
 	return *p
-}
-
-// newWebhookHandler wraps the SDK's webhook handler: 503 before Start, a body limit, and — when no
-// encrypt key is set, where the SDK checks the token only on the URL challenge — a token check
-// before anything is parsed further.
-func (c *Channel) newWebhookHandler() http.Handler {
-	sdk := httpserverext.NewEventHandlerFunc(
-		c.newEventDispatcher(c.cfg.VerificationToken, c.cfg.EncryptKey),
-		larkevent.WithLogger(newLarkLogger(c.log)),
-		larkevent.WithLogLevel(larkcore.LogLevelInfo),
-	)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			writeJSON(w, http.StatusMethodNotAllowed, "method not allowed")
-			return
-		}
-		if h, _ := c.active(); h == nil {
-			writeJSON(w, http.StatusServiceUnavailable, "channel not running")
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, "read body")
-			return
-		}
-		if len(body) > maxWebhookBody {
-			writeJSON(w, http.StatusRequestEntityTooLarge, "body too large")
-			return
-		}
-		if c.cfg.EncryptKey == "" {
-			var fuzzy larkevent.EventFuzzy
-			if err := json.Unmarshal(body, &fuzzy); err != nil {
-				writeJSON(w, http.StatusBadRequest, "invalid json")
-				return
-			}
-			token := fuzzy.Token
-			if fuzzy.Header != nil {
-				token = fuzzy.Header.Token
-			}
-			if subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.VerificationToken)) != 1 {
-				c.log.Warn("feishu webhook rejected: verification token mismatch", "remote", r.RemoteAddr)
-				writeJSON(w, http.StatusUnauthorized, "verification token mismatch")
-				return
-			}
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		sdk(w, r)
-	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, msg string) {

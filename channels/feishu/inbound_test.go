@@ -3,6 +3,7 @@ package feishu_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -224,9 +225,10 @@ func TestWebhookPlain(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 	assert.JSONEq(t, `{"challenge":"c-123"}`, string(body))
 
-	status, _, err = feishufake.PostWebhook(ctx, url, feishufake.ChallengeJSON("wrong", "c-123"), feishufake.WebhookOptions{})
+	status, body, err = feishufake.PostWebhook(ctx, url, feishufake.ChallengeJSON("wrong", "c-123"), feishufake.WebhookOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, http.StatusUnauthorized, status)
+	assert.Equal(t, feishu.RejectStatus, status)
+	assert.Equal(t, feishu.RejectBody, string(body))
 
 	tests := []struct {
 		name       string
@@ -234,8 +236,8 @@ func TestWebhookPlain(t *testing.T) {
 		wantStatus int
 		wantMsgs   int
 	}{
-		{"token mismatch", "forged", http.StatusUnauthorized, 0},
-		{"no token", "", http.StatusUnauthorized, 0},
+		{"token mismatch", "forged", feishu.RejectStatus, 0},
+		{"no token", "", feishu.RejectStatus, 0},
 		{"right token", "vtoken", http.StatusOK, 1},
 	}
 	for _, tc := range tests {
@@ -251,14 +253,18 @@ func TestWebhookPlain(t *testing.T) {
 	assert.Contains(t, logs.String(), "verification token mismatch")
 	assert.NotContains(t, logs.String(), "vtoken")
 
+	// A GET and a body that is not JSON are refused like a forgery: same status, same body.
 	resp, err := http.Get(url)
 	require.NoError(t, err)
+	got, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	assert.Equal(t, feishu.RejectStatus, resp.StatusCode)
+	assert.Equal(t, feishu.RejectBody, string(got))
 
-	status, _, err = feishufake.PostWebhook(ctx, url, []byte(strings.Repeat("x", 10)), feishufake.WebhookOptions{})
+	status, body, err = feishufake.PostWebhook(ctx, url, []byte(strings.Repeat("x", 10)), feishufake.WebhookOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Equal(t, feishu.RejectStatus, status)
+	assert.Equal(t, feishu.RejectBody, string(body))
 }
 
 func TestWebhookEncrypted(t *testing.T) {

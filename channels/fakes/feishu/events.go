@@ -101,10 +101,55 @@ func ChallengeJSON(token, challenge string) []byte {
 // WebhookOptions controls how PostWebhook delivers an event.
 type WebhookOptions struct {
 	// EncryptKey, when set, sends {"encrypt": …} (AES-256-CBC, key sha256(EncryptKey)) with the
-	// X-Lark-Signature headers.
+	// X-Lark-Signature headers. A URL-verification challenge is sent encrypted but unsigned, as the
+	// platform does (captured requests carry no X-Lark-* headers; see larksuite/oapi-sdk-python#79).
 	EncryptKey string
 	// BadSignature sends a wrong signature.
 	BadSignature bool
+	// Unsigned leaves the signature headers out even for an event.
+	Unsigned bool
+	// Time is the request timestamp; zero means now.
+	Time time.Time
+	// Nonce is the request nonce; "" picks one.
+	Nonce string
+}
+
+// IsChallenge reports whether a plaintext body is a URL-verification challenge.
+func IsChallenge(plain []byte) bool {
+	var v struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(plain, &v) == nil && v.Type == "url_verification"
+}
+
+// SignedHeaders returns the headers Feishu puts on an event push to an app with an encrypt key.
+func SignedHeaders(encryptKey string, ts time.Time, nonce string, body []byte) http.Header {
+	t := strconv.FormatInt(ts.Unix(), 10)
+	return http.Header{
+		"Content-Type":                  {"application/json; charset=utf-8"},
+		larkevent.EventRequestTimestamp: {t},
+		larkevent.EventRequestNonce:     {nonce},
+		larkevent.EventSignature:        {larkevent.Signature(t, nonce, encryptKey, string(body))},
+	}
+}
+
+// PostRaw POSTs body with hdr to url and returns the status and body of the answer.
+func PostRaw(ctx context.Context, url string, body []byte, hdr http.Header) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, fmt.Errorf("feishufake: webhook request: %w", err)
+	}
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	req.Header = hdr
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("feishufake: webhook post: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 // Encrypt encrypts plain as Feishu does for an app with an encrypt key.
@@ -138,26 +183,21 @@ func PostWebhook(ctx context.Context, url string, event []byte, opt WebhookOptio
 			return 0, nil, err
 		}
 		body, _ = json.Marshal(map[string]string{"encrypt": enc})
-		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		nonce := "nonce" + ts
-		sig := larkevent.Signature(ts, nonce, opt.EncryptKey, string(body))
-		if opt.BadSignature {
-			sig = larkevent.Signature(ts, nonce, "wrong-key", string(body))
+		if !opt.Unsigned && !IsChallenge(event) {
+			ts := opt.Time
+			if ts.IsZero() {
+				ts = time.Now()
+			}
+			nonce := opt.Nonce
+			if nonce == "" {
+				nonce = "nonce" + strconv.FormatInt(ts.UnixNano(), 36)
+			}
+			key := opt.EncryptKey
+			if opt.BadSignature {
+				key = "wrong-key"
+			}
+			hdr = SignedHeaders(key, ts, nonce, body)
 		}
-		hdr.Set(larkevent.EventRequestTimestamp, ts)
-		hdr.Set(larkevent.EventRequestNonce, nonce)
-		hdr.Set(larkevent.EventSignature, sig)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, fmt.Errorf("feishufake: webhook request: %w", err)
-	}
-	req.Header = hdr
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("feishufake: webhook post: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	return PostRaw(ctx, url, body, hdr)
 }
