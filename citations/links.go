@@ -236,14 +236,26 @@ func CodeSpans(text string) []Span {
 	return s.code
 }
 
-// MarkersOutsideCode returns the markers of text that are not inside code: the markers that can be
-// citations.
+// literalSpans is CodeSpans plus autolinks ("<https://…>"): goldmark parses no marker inside either.
+func literalSpans(text string) []Span {
+	if strings.IndexByte(text, '<') < 0 {
+		return CodeSpans(text)
+	}
+	s := newScanner(nil)
+	s.emit, s.collect, s.noLinks, s.literal = false, true, true, true
+	s.buf = []byte(text)
+	s.run(true)
+	return s.code
+}
+
+// MarkersOutsideCode returns the markers of text that are not inside code (nor inside an autolink,
+// whose text is its URL): the markers that can be citations.
 func MarkersOutsideCode(text string) []Marker {
 	ms := Markers(text)
 	if len(ms) == 0 {
 		return nil
 	}
-	code := CodeSpans(text)
+	code := literalSpans(text)
 	if len(code) == 0 {
 		return ms
 	}
@@ -259,4 +271,34 @@ func MarkersOutsideCode(text string) []Marker {
 		out = append(out, m)
 	}
 	return out
+}
+
+// FilterBareURLs applies only the bare-URL part of the link rule to plain text (no markdown: no
+// code, no links): every http(s) or "www." URL allow rejects becomes HiddenLinkNotice. Renderers
+// use it on the text of their HTML output, after markdown has been interpreted, so that text that
+// only reads as a URL once rendered ("http[s](x)://…", "https&#58;//…") is caught too.
+func FilterBareURLs(text string, allow func(string) bool) (string, int) {
+	if !strings.Contains(text, "://") && !containsFold(text, "www.") {
+		return text, 0
+	}
+	s := newScanner(allow)
+	s.buf = []byte(text)
+	s.out = make([]byte, 0, len(text))
+	b := s.buf
+	for i := 0; i < len(b); {
+		switch b[i] {
+		case 'h', 'H':
+			i, _ = s.bareURL(i, true)
+		case 'w', 'W':
+			i, _ = s.wwwURL(i, true)
+		default:
+			j := i + 1
+			for j < len(b) && b[j] != 'h' && b[j] != 'H' && b[j] != 'w' && b[j] != 'W' {
+				j++
+			}
+			s.put(tokText, i, j, "")
+			i = j
+		}
+	}
+	return string(s.out), s.hidden
 }

@@ -69,6 +69,7 @@ type scanState struct {
 	lineCode    bool // the rest of the current line is code
 	lineEnds    bool // the current line ends the paragraph (heading, thematic break, setext underline)
 	lineList    bool // the current line starts a list item
+	listCol     int  // content column of the last list item: 4 columns more start code
 	// An open fenced code block: its character, length, blockquote depth, and whether it was opened
 	// inside a list item (then a closing fence may be indented any amount).
 	fence      byte
@@ -100,6 +101,8 @@ type scanner struct {
 	rp     rpMemo
 	// noLinks skips markdown links (CodeSpans: links do not change what is code).
 	noLinks bool
+	// literal also records autolinks among the code ranges (literalSpans).
+	literal bool
 }
 
 // resumePoint remembers how far the closer search of a held-back backtick run got.
@@ -142,6 +145,12 @@ func (s *scanner) put(kind tokKind, from, to int, rep string) {
 	case tokRep:
 		s.write([]byte(rep))
 	}
+}
+
+// putLiteral records [from, to) as literal text that is not code (an autolink, whose text is its
+// URL: markers there are not citations either).
+func (s *scanner) putLiteral(from, to int) {
+	s.code = append(s.code, Span{s.base + from, s.base + to})
 }
 
 func (s *scanner) noteShown(u string) {
@@ -484,11 +493,16 @@ func (s *scanner) lineStart(i int, final bool) (int, bool) {
 	p := li.p
 	inList := st.inList
 	lineList := false
-	if li.indent < 4 || inList {
+	listCol := st.listCol
+	if li.indent < 4 || inList && li.indent < st.listCol+4 {
 		if c, ok, need := listMarker(b, p, final); need {
 			return i, false
 		} else if ok {
 			lineList, inList = true, true
+			listCol = li.indent + (c - p)
+			if c == len(b) || b[c] == '\n' || b[c] == '\r' {
+				listCol = li.indent + (c - p) + 1 // an empty item's content starts one past the marker
+			}
 			p = c
 		}
 	}
@@ -508,7 +522,8 @@ func (s *scanner) lineStart(i int, final bool) (int, bool) {
 			return i, true
 		}
 	}
-	if li.indent >= 4 && !st.inPara && !inList {
+	if !st.inPara && !lineList && (li.indent >= 4 && !inList || inList && li.indent >= listCol+4) {
+		st.inList, st.listCol = inList, listCol
 		st.atLineStart, st.lineCode = false, true
 		return i, true
 	}
@@ -526,7 +541,7 @@ func (s *scanner) lineStart(i int, final bool) (int, bool) {
 	if !st.inPara || lineList || li.quote > st.paraQuote {
 		st.paraQuote = li.quote
 	}
-	st.inList, st.lineEnds, st.lineList = inList, ends, lineList
+	st.inList, st.lineEnds, st.lineList, st.listCol = inList, ends, lineList, listCol
 	st.atLineStart = false
 	return i, true
 }
@@ -739,6 +754,9 @@ func (s *scanner) autolink(i int, final bool) (int, bool) {
 	if k == len(b) || b[k] != '>' {
 		s.put(tokText, i, i+1, "")
 		return i + 1, true
+	}
+	if s.literal {
+		s.putLiteral(i, k+1)
 	}
 	if s.allowed(string(b[i+1 : k])) {
 		s.put(tokText, i, k+1, "")

@@ -59,8 +59,12 @@ func (citationParser) Parse(_ ast.Node, block text.Reader, _ parser.Context) ast
 // renderState is the per-document data the transformer needs; it travels in the parser.Context
 // so one goldmark instance can serve concurrent renders.
 type renderState struct {
-	display map[int]int
-	anchor  string
+	valid  []citations.Citation // usable citations, ordered by N
+	anchor string
+	allow  func(string) bool
+	// Results: links hidden in the tree, citations a superscript points to.
+	hidden int
+	cited  []citations.Citation
 }
 
 var stateKey = parser.NewContextKey()
@@ -78,15 +82,27 @@ func (citationTransformer) Transform(doc *ast.Document, _ text.Reader, pc parser
 		}
 		return ast.WalkContinue, nil
 	})
+	// Only citations a marker outside code points to are listed and numbered, so the sources
+	// section never shows an entry without a superscript.
+	var display map[int]int
+	if st != nil {
+		present := map[int]bool{}
+		for _, c := range nodes {
+			present[c.N] = true
+		}
+		for _, c := range st.valid {
+			if present[c.N] {
+				st.cited = append(st.cited, c)
+			}
+		}
+		display = citations.DisplayNumbers(st.cited)
+	}
 	occurrences := map[int]int{}
 	// lastMoved remembers, per link, the node after which the next moved marker goes, so several
 	// markers in one link keep their order.
 	lastMoved := map[ast.Node]ast.Node{}
 	for _, c := range nodes {
-		k := 0
-		if st != nil {
-			k = st.display[c.N]
-		}
+		k := display[c.N]
 		if k == 0 {
 			c.Parent().RemoveChild(c.Parent(), c)
 			continue
@@ -189,4 +205,82 @@ func (citationExtension) Extend(m goldmark.Markdown) {
 		parser.WithASTTransformers(util.Prioritized(citationTransformer{}, 100)),
 	)
 	m.Renderer().AddOptions(renderer.WithNodeRenderers(util.Prioritized(citationRenderer{}, 100)))
+}
+
+// linkTransformer applies the link rule to the tree goldmark parsed (so code is exactly what the
+// renderer shows as code): a link or image whose destination is not allowed is replaced by its
+// text, an autolink (also a linkified bare URL) by citations.HiddenLinkNotice. It runs before the
+// citation transformer, so markers of an unwrapped link simply stay in place.
+type linkTransformer struct{}
+
+func (linkTransformer) Transform(doc *ast.Document, reader text.Reader, pc parser.Context) {
+	st, _ := pc.Get(stateKey).(*renderState)
+	if st == nil {
+		return
+	}
+	source := reader.Source()
+	var links []ast.Node
+	_ = ast.Walk(doc, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if entering {
+			switch n.Kind() {
+			case ast.KindLink, ast.KindImage, ast.KindAutoLink:
+				links = append(links, n)
+			}
+		}
+		return ast.WalkContinue, nil
+	})
+	// Innermost last: unwrapping an outer link first keeps the inner one in the tree for its turn.
+	for _, n := range links {
+		switch l := n.(type) {
+		case *ast.Link:
+			if !allowed(st.allow, string(l.Destination)) {
+				unwrap(l)
+				st.hidden++
+			}
+		case *ast.Image:
+			if !allowed(st.allow, string(l.Destination)) {
+				unwrap(l)
+				st.hidden++
+			}
+		case *ast.AutoLink:
+			if l.AutoLinkType == ast.AutoLinkEmail {
+				continue // an e-mail address is not a web address the rule is about
+			}
+			label := string(l.Label(source))
+			ok := allowed(st.allow, string(l.URL(source)))
+			if !ok && l.Protocol != nil {
+				ok = allowed(st.allow, "https://"+label)
+			}
+			if !ok {
+				l.Parent().ReplaceChild(l.Parent(), l, ast.NewString([]byte(citations.HiddenLinkNotice)))
+				st.hidden++
+			}
+		}
+	}
+}
+
+func allowed(allow func(string) bool, u string) bool {
+	n, ok := citations.NormalizeURL(u)
+	return ok && allow != nil && allow(n)
+}
+
+// unwrap replaces n by its children.
+func unwrap(n ast.Node) {
+	parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	for c := n.FirstChild(); c != nil; {
+		next := c.NextSibling()
+		parent.InsertBefore(parent, n, c)
+		c = next
+	}
+	parent.RemoveChild(parent, n)
+}
+
+// linkExtension plugs linkTransformer in before the citation transformer.
+type linkExtension struct{}
+
+func (linkExtension) Extend(m goldmark.Markdown) {
+	m.Parser().AddOptions(parser.WithASTTransformers(util.Prioritized(linkTransformer{}, 200)))
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/extension"
 	"github.com/yuin/goldmark/parser"
+	"github.com/yuin/goldmark/util"
 )
 
 // Options tune one rendering.
@@ -33,6 +34,23 @@ type Options struct {
 	// MessageID is put on the excerpt buttons (data-message); 0 omits the buttons, e.g. on share
 	// pages, where the preview API is not available.
 	MessageID uint64
+	// AllowLink decides which URLs the answer may show (DESIGN §4, link rule), e.g.
+	// citations.AllowList(metadata.links.allowed ∪ citation URLs). The citations' own URLs are always
+	// allowed; nil allows nothing else. A link whose URL is not allowed shows its text without the
+	// link, an image its alt text, an autolink or bare URL citations.HiddenLinkNotice.
+	AllowLink func(string) bool
+}
+
+// Rendered is the outcome of RenderAnswer.
+type Rendered struct {
+	HTML string
+	// Hidden counts the links the link rule hid.
+	Hidden int
+	// Cited are the citations the sources section lists: those a superscript points to.
+	Cited []citations.Citation
+	// Degraded reports that emphasis was not parsed because the answer holds more emphasis
+	// delimiters than the render budget allows (see emphasisBudget).
+	Degraded bool
 }
 
 // MaxTitleRunes bounds a source title as displayed, "…" included.
@@ -41,9 +59,93 @@ const MaxTitleRunes = 60
 // collapseAt is the number of sources from which the section starts collapsed.
 const collapseAt = 4
 
-var md = goldmark.New(
-	goldmark.WithExtensions(extension.GFM, extension.CJK, citationExtension{}),
+// linkifyURL and linkifyWWW are goldmark's linkify patterns with the URL characters the citations
+// scanner uses (no quotes, brackets, braces, '^', '>' or backtick), so a bare URL is one URL to
+// both: "https://a.example/x[^1^]" links https://a.example/x and keeps its superscript.
+var (
+	linkifyURL = regexp.MustCompile(`^(?:http|https)://[-a-zA-Z0-9@:%._\+~#=]{1,256}\.[a-z]+(?::\d+)?(?:[/#?][-a-zA-Z0-9@:%_+.~#$!?&/=\(\);,]*)?`)
+	linkifyWWW = regexp.MustCompile(`^www\.[-a-zA-Z0-9@:%._\+~#=]{1,256}\.[a-z]+(?:[/#?][-a-zA-Z0-9@:%_+.~#$!?&/=\(\);,]*)?`)
 )
+
+// gfm is extension.GFM with the linkify patterns above.
+func gfm() []goldmark.Extender {
+	return []goldmark.Extender{
+		extension.NewLinkify(
+			extension.WithLinkifyAllowedProtocols([]string{"http:", "https:"}),
+			extension.WithLinkifyURLRegexp(linkifyURL),
+			extension.WithLinkifyWWWRegexp(linkifyWWW),
+		),
+		extension.Table, extension.Strikethrough, extension.TaskList,
+	}
+}
+
+var md = goldmark.New(
+	goldmark.WithExtensions(append(gfm(), extension.CJK, citationExtension{}, linkExtension{})...),
+)
+
+// mdNoEmphasis renders answers over the emphasis budget: goldmark's delimiter processing compares
+// every closing '*'/'_'/'~' run with every earlier opener of its paragraph, so 64 KiB of "_a**"
+// costs seconds. Without the emphasis and strikethrough parsers the delimiters stay text; links,
+// code, lists, tables and citations work as usual.
+var mdNoEmphasis = goldmark.New(
+	goldmark.WithParser(parser.NewParser(
+		parser.WithBlockParsers(parser.DefaultBlockParsers()...),
+		// parser.DefaultInlineParsers without NewEmphasisParser.
+		parser.WithInlineParsers(
+			util.Prioritized(parser.NewCodeSpanParser(), 100),
+			util.Prioritized(parser.NewLinkParser(), 200),
+			util.Prioritized(parser.NewAutoLinkParser(), 300),
+			util.Prioritized(parser.NewRawHTMLParser(), 400),
+		),
+		parser.WithParagraphTransformers(parser.DefaultParagraphTransformers()...),
+	)),
+	goldmark.WithExtensions(
+		extension.NewLinkify(
+			extension.WithLinkifyAllowedProtocols([]string{"http:", "https:"}),
+			extension.WithLinkifyURLRegexp(linkifyURL),
+			extension.WithLinkifyWWWRegexp(linkifyWWW),
+		),
+		extension.Table, extension.TaskList, extension.CJK, citationExtension{}, linkExtension{}),
+)
+
+// emphasisBudget bounds the delimiter comparisons one render may cost: the sum over paragraphs of
+// (delimiter runs)²/2. 200 000 comparisons take about a millisecond; an ordinary long answer (a few
+// dozen bold phrases per paragraph) stays far below it.
+const emphasisBudget = 200_000
+
+// overEmphasisBudget estimates goldmark's delimiter work for content: runs of '*', '_' or '~' per
+// block of lines between blank lines (an over-estimate: code and list items are counted as one
+// paragraph), squared.
+func overEmphasisBudget(content string) bool {
+	cost, runs := 0, 0
+	var prev byte
+	lineBlank := true
+	for i := 0; i < len(content); i++ {
+		c := content[i]
+		switch c {
+		case '*', '_', '~':
+			if prev != c {
+				runs++
+			}
+			lineBlank = false
+		case '\n':
+			if lineBlank {
+				cost += runs * runs / 2
+				runs = 0
+				if cost > emphasisBudget {
+					return true
+				}
+			}
+			lineBlank = true
+		case ' ', '\t', '\r':
+		default:
+			lineBlank = false
+		}
+		prev = c
+	}
+	cost += runs * runs / 2
+	return cost > emphasisBudget
+}
 
 var anchorRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
 
@@ -57,34 +159,69 @@ func (o Options) anchor() string {
 func (o Options) english() bool { return strings.HasPrefix(strings.ToLower(o.Lang), "en") }
 
 // Render returns the answer body as HTML followed by the sources section (none when no citation
-// survives). Markers whose number is not among cits vanish.
+// is pointed at). Markers whose number is not among cits vanish; a citation no superscript points
+// to (its markers were all inside code, say) is not listed.
 func Render(content string, cits []citations.Citation, opt Options) string {
-	return RenderBody(content, cits, opt) + RenderSources(cits, opt)
+	return RenderAnswer(content, cits, opt).HTML
+}
+
+// RenderAnswer is Render with what the link rule hid and which citations are listed.
+func RenderAnswer(content string, cits []citations.Citation, opt Options) Rendered {
+	r := renderBody(content, cits, opt)
+	r.HTML += RenderSources(r.Cited, opt)
+	return r
 }
 
 // RenderBody renders content as markdown with superscripts for the markers that point at cits.
-func RenderBody(content string, cits []citations.Citation, opt Options) (out string) {
+func RenderBody(content string, cits []citations.Citation, opt Options) string {
+	return renderBody(content, cits, opt).HTML
+}
+
+func renderBody(content string, cits []citations.Citation, opt Options) (out Rendered) {
 	// goldmark's CJK line-break handling indexes runes and panics on invalid UTF-8 (found by
 	// FuzzRender); models and stores can hand us such bytes, so repair them first.
 	content = strings.ToValidUTF8(content, "\uFFFD")
+	allow := allowFunc(cits, opt.AllowLink)
 	defer func() {
 		// goldmark is foreign code: should another input make it panic, the answer is still shown,
 		// as escaped text without markers, rather than taking the request down.
 		if r := recover(); r != nil {
 			slog.Error("markdown: render panicked", "panic", r)
-			out = RenderPlain(citations.Strip(content))
+			text, hidden := citations.SafeText(content, allow)
+			out = Rendered{HTML: RenderPlain(text), Hidden: hidden}
 		}
 	}()
 	valid := usable(cits)
+	st := &renderState{valid: valid, anchor: opt.anchor(), allow: allow}
 	pc := parser.NewContext()
-	pc.Set(stateKey, &renderState{display: citations.DisplayNumbers(valid), anchor: opt.anchor()})
+	pc.Set(stateKey, st)
+	conv := md
+	if overEmphasisBudget(content) {
+		conv, out.Degraded = mdNoEmphasis, true
+	}
 	var buf bytes.Buffer
-	if err := md.Convert([]byte(content), &buf, parser.WithContext(pc)); err != nil {
+	if err := conv.Convert([]byte(content), &buf, parser.WithContext(pc)); err != nil {
 		// goldmark's HTML renderer only fails when its writer fails; a bytes.Buffer does not. Should
 		// it ever happen, showing the text escaped loses nothing.
-		return RenderPlain(citations.Strip(content))
+		text, hidden := citations.SafeText(content, allow)
+		return Rendered{HTML: RenderPlain(text), Hidden: hidden}
 	}
-	return policy.Sanitize(buf.String())
+	html, hidden := hideTextURLs(policy.Sanitize(buf.String()), allow)
+	out.HTML, out.Hidden, out.Cited = html, st.hidden+hidden, st.cited
+	return out
+}
+
+// allowFunc is the link rule's allow-func for one answer: the caller's plus the citations' URLs.
+func allowFunc(cits []citations.Citation, extra func(string) bool) func(string) bool {
+	urls := make([]string, 0, len(cits))
+	for _, c := range cits {
+		urls = append(urls, c.URL)
+	}
+	own := citations.AllowList(urls)
+	if extra == nil {
+		return own
+	}
+	return func(u string) bool { return own(u) || extra(u) }
 }
 
 // RenderSources renders the "来源 N" section; "" when no citation is usable.

@@ -22,6 +22,8 @@ type goldenCase struct {
 	Lang      string               `json:"lang"`
 	MessageID uint64               `json:"messageId"`
 	Citations []citations.Citation `json:"citations"`
+	// Allow lists the URLs the answer may show besides its citations (metadata.links.allowed).
+	Allow []string `json:"allow"`
 }
 
 // TestGolden renders every testdata/*.md with its .json and compares with the .html beside it.
@@ -41,7 +43,11 @@ func TestGolden(t *testing.T) {
 			} else {
 				require.ErrorIs(t, err, os.ErrNotExist)
 			}
-			got := Render(string(src), gc.Citations, Options{Lang: gc.Lang, Anchor: "m" + name, MessageID: gc.MessageID})
+			opt := Options{Lang: gc.Lang, Anchor: "m" + name, MessageID: gc.MessageID}
+			if gc.Allow != nil {
+				opt.AllowLink = citations.AllowList(gc.Allow)
+			}
+			got := Render(string(src), gc.Citations, opt)
 			assertSafe(t, got)
 			golden := strings.TrimSuffix(in, ".md") + ".html"
 			if *update {
@@ -138,14 +144,15 @@ func TestRenderBehaviour(t *testing.T) {
 		},
 		{
 			name: "marker inside link text moves after the link", content: "[see [^5^]](https://l.example/)", cits: two,
-			sups: []string{"5:2"}, contains: []string{`see </a><sup class="cite-ref">`},
+			opt:  Options{AllowLink: citations.AllowList([]string{"https://l.example/"})},
+			sups: []string{"5:1"}, contains: []string{`see </a><sup class="cite-ref">`},
 		},
 		{
 			name: "digits beyond the shared bound are text", content: "[^1234567890^]",
 			cits: []citations.Citation{cite(1234567890, "https://x.example/", "X")}, contains: []string{"[^1234567890^]"},
 		},
 		{
-			name: "english labels", content: "a[^2^]", cits: two, opt: Options{Lang: "en-GB", MessageID: 4}, sups: []string{"2:1"},
+			name: "english labels", content: "a[^2^]b[^5^]", cits: two, opt: Options{Lang: "en-GB", MessageID: 4}, sups: []string{"2:1", "5:2"},
 			contains: []string{"<summary>Sources 2</summary>", `data-message="4"`, ">Excerpt</button>"},
 		},
 		{
@@ -153,7 +160,7 @@ func TestRenderBehaviour(t *testing.T) {
 			absent: []string{"<button"},
 		},
 		{
-			name: "four sources collapse", content: "a",
+			name: "four sources collapse", content: "a[^1^][^2^][^3^][^4^]", sups: []string{"1:1", "2:2", "3:3", "4:4"},
 			cits:     []citations.Citation{cite(1, "https://a.example/", "A"), cite(2, "https://b.example/", "B"), cite(3, "https://c.example/", "C"), cite(4, "https://d.example/", "D")},
 			contains: []string{`<details class="sources"><summary>来源 4</summary>`},
 		},
@@ -170,6 +177,7 @@ func TestRenderBehaviour(t *testing.T) {
 		},
 		{
 			name: "external links get target and rel", content: "[x](https://e.example/)",
+			opt:      Options{AllowLink: citations.AllowList([]string{"https://e.example/"})},
 			contains: []string{`href="https://e.example/"`, `target="_blank"`, "noopener", "noreferrer"},
 			absent:   []string{"nofollow"},
 		},
@@ -285,13 +293,18 @@ func FuzzRender(f *testing.F) {
 	}
 	f.Add("[^1^]`[^1^]`<script>", "t", "javascript:alert(1)")
 	f.Add("[x [^1^]](https://a/[^1^])", "", "https://www.a.example/p")
+	// Issue 7 point 9: pathological emphasis (over the budget, rendered without emphasis parsing).
+	f.Add(strings.Repeat("_a**", 2000)+"[^1^]", "t", "https://a.example/")
+	f.Add("[官网](https://evil.example) https://ok.example/a。http[s](x)://evil.example ![i](https://evil.example/i)", "t", "https://a.example/")
+	allow := citations.AllowList([]string{"https://ok.example/a"})
 	f.Fuzz(func(t *testing.T, content, title, u string) {
 		cits := []citations.Citation{cite(1, u, title), cite(2, "https://b.example/", title)}
-		out := Render(content, cits, Options{Anchor: "f", MessageID: 1})
+		out := Render(content, cits, Options{Anchor: "f", MessageID: 1, AllowLink: allow})
 		if strings.Contains(strings.ToLower(out), "<script") {
 			t.Fatalf("script in output: %q", out)
 		}
 		assertSafe(t, out)
+		assertOnlyAllowedURLs(t, out, allow, cits)
 	})
 }
 

@@ -1,0 +1,37 @@
+package markdown
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/citegate/citegate/citations"
+)
+
+// pathological is the stored answer of issue 7 point 9: 64 KiB of "_a**" (emphasis delimiters that
+// never match the way goldmark's delimiter processing hopes).
+var pathological = strings.Repeat("_a**", 64<<10/4)
+
+func BenchmarkRenderPathological(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(pathological)))
+	for b.Loop() {
+		_ = Render(pathological, nil, Options{Anchor: "m1"})
+	}
+}
+
+// normalAnswer is an ordinary ~8 KiB answer: headings, lists, emphasis, code, links and markers.
+func normalAnswer() string {
+	unit := "## 红字发票\n\n开具红字发票前，需要**先确认**购买方是否已经*抵扣*[^1^]。流程见 [指南](https://kb.example.com/invoice/void) 与 https://www.chinatax.gov.cn/red-invoice?id=7 [^2^]。\n\n" +
+		"- 第一步：在系统中填写 `红字信息表`；\n- 第二步：等待 _购买方_ 确认[^1^]；\n- 第三步：开具红字发票。\n\n```\ninvoice void --id 42\n```\n\n"
+	return strings.Repeat(unit, 8<<10/len(unit)+1)
+}
+
+func BenchmarkRenderNormal8K(b *testing.B) {
+	content := normalAnswer()
+	cits := []citations.Citation{cite(1, "https://kb.example.com/invoice/void", "发票作废与重开"), cite(2, "https://www.chinatax.gov.cn/red-invoice?id=7", "红字发票开具流程")}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(content)))
+	for b.Loop() {
+		_ = Render(content, cits, Options{Anchor: "m1", MessageID: 1})
+	}
+}
