@@ -246,11 +246,12 @@ func innermost(err error) error {
 
 // extractHTML returns the title and readable text of an HTML page: readability's article text,
 // or — when readability finds no article or only a sliver of the page — the visible text of the
-// whole body.
+// whole body. A page the tree builder refuses (nested deeper than its 512-element limit) is read
+// with the tokenizer instead, so the model still gets its text and never its markup.
 func extractHTML(src string, pageURL *url.URL) (string, string) {
 	doc, err := html.Parse(strings.NewReader(src))
 	if err != nil {
-		return "", plainText(src)
+		return tokenText(src)
 	}
 	pageTitle := strings.TrimSpace(nodeText(findElement(doc, atom.Title)))
 	var full string

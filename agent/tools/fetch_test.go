@@ -17,6 +17,7 @@ import (
 	"github.com/citegate/citegate/citations"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/html"
 	"golang.org/x/text/encoding/charmap"
 )
 
@@ -471,4 +472,88 @@ func TestOpenWebPageArguments(t *testing.T) {
 			assert.Equal(t, 0, citations.BuildRegistry([]citations.ToolResult{{Tool: "open_web_page", Content: out}}).Len())
 		})
 	}
+}
+
+// deepPage builds an HTML page nested depth <div>s deep with text at the top, in the middle of the
+// nesting and at the bottom, plus script, style and comment content a reader never sees.
+func deepPage(depth int) string {
+	var b strings.Builder
+	b.WriteString(`<!doctype html><html><head><title>深层 &amp; 嵌套页面</title><script>var secret = "token";</script><style>.x{color:red}</style></head><body>`)
+	b.WriteString("<h1>数电发票红冲指引</h1>")
+	for i := 0; i < depth; i++ {
+		b.WriteString(`<div class="wrap">`)
+		if i == depth/2 {
+			b.WriteString("<p>第一步：在税务数字账户中选择需要冲红的蓝字发票。</p><script>evil()</script><!-- hidden comment -->")
+		}
+	}
+	b.WriteString("<p>第二步：确认红字信息表后开具红字发票&nbsp;&lt;全额冲销&gt;。</p>")
+	for i := 0; i < depth; i++ {
+		b.WriteString("</div>")
+	}
+	b.WriteString("<p>页尾说明。</p></body></html>")
+	return b.String()
+}
+
+func TestFetchDeeplyNestedPage(t *testing.T) {
+	page := deepPage(5000)
+	// The page really is beyond the tree builder, so this test exercises the fallback.
+	_, err := html.Parse(strings.NewReader(page))
+	require.Error(t, err, "html.Parse must refuse the page for this test to mean anything")
+
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, page)
+	})
+	out, err := NewOpenWebPage(newFetcher(t, FetchOptions{Allow: allowLoopback}, nil)).Call(context.Background(), `{"url":"`+srv.URL+`"}`)
+	require.NoError(t, err)
+	m := decodeObject(t, out)
+	require.NotContains(t, m, "error")
+	assert.Equal(t, "深层 & 嵌套页面", m["title"])
+	content := m["content"].(string)
+	for _, want := range []string{"数电发票红冲指引", "第一步：在税务数字账户中选择需要冲红的蓝字发票。", "第二步：确认红字信息表后开具红字发票 <全额冲销>。", "页尾说明。"} {
+		assert.Contains(t, content, want)
+	}
+	for _, junk := range []string{"<div", "class=", "</", "secret", "evil()", "color:red", "hidden comment", "&lt;", "&amp;"} {
+		assert.NotContains(t, content, junk)
+	}
+	assert.Less(t, utf8.RuneCountInString(content), 200, "text only, no markup: %q", content)
+	// The source counts like any other page.
+	assert.Equal(t, 1, citations.BuildRegistry([]citations.ToolResult{{Tool: "open_web_page", Content: out}}).Len())
+}
+
+func TestTokenText(t *testing.T) {
+	tests := []struct {
+		name, src, title, text string
+	}{
+		{"head without end tag", `<html><head><title>T</title><meta charset=utf-8><body><p>正文</p>`, "T", "正文"},
+		{"invisible islands", `<p>a</p><noscript>enable js</noscript><svg><text>chart</text></svg><template><p>t</p></template><select><option>opt</option></select><p>b</p>`, "", "a\n\nb"},
+		{"nested invisible of the same kind", `<object><object>x</object>y</object><p>z</p>`, "", "z"},
+		{"entities and breaks", `<p>x&nbsp;&amp;&#x4e2d;</p>line<br>next`, "", "x &中\nline\nnext"},
+		{"unterminated script swallows nothing after its end", `<script>if (a < b) { x() }</script><p>after</p>`, "", "after"},
+		{"plain text", `just words`, "", "just words"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			title, text := tokenText(tc.src)
+			assert.Equal(t, tc.title, title)
+			assert.Equal(t, tc.text, text)
+		})
+	}
+}
+
+// FuzzTokenText checks the fallback extractor on arbitrary bytes: it never panics, its output is
+// valid UTF-8, and it is linear in size (no input makes it produce more than a bounded multiple).
+func FuzzTokenText(f *testing.F) {
+	f.Add(deepPage(600))
+	f.Add(`<html><head><title>T</title><body><p>x&amp;y</p><script>z</script>`)
+	f.Add("<svg><script>a</svg><p>b\xff</p>")
+	f.Fuzz(func(t *testing.T, src string) {
+		title, text := tokenText(src)
+		if !utf8.ValidString(title) || !utf8.ValidString(text) {
+			t.Fatalf("invalid UTF-8 out of %q", src)
+		}
+		if len(title)+len(text) > 4*len(src)+16 {
+			t.Fatalf("output %d bytes for %d bytes of input", len(title)+len(text), len(src))
+		}
+	})
 }
