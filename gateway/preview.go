@@ -2,12 +2,17 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf16"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
@@ -25,11 +30,51 @@ type previewJSON struct {
 	Truncated   bool       `json:"truncated"`
 	RetrievedAt *time.Time `json:"retrievedAt,omitempty"`
 	Digest      string     `json:"digest"`
-	Changed     *bool      `json:"changed,omitempty"`
+	// Changed is the recheck's verdict as a boolean (true for "changed", false for "unchanged");
+	// absent without recheck and when the page could not be reached. Recheck has the details.
+	Changed *bool        `json:"changed,omitempty"`
+	Recheck *recheckJSON `json:"recheck,omitempty"`
+}
+
+// Recheck verdicts.
+const (
+	RecheckUnchanged   = "unchanged"
+	RecheckChanged     = "changed"
+	RecheckUnreachable = "unreachable"
+)
+
+// recheckJSON is the result of comparing a citation's excerpt with the live page.
+type recheckJSON struct {
+	Status      string     `json:"status"` // unchanged | changed | unreachable
+	RetrievedAt *time.Time `json:"retrievedAt,omitempty"`
+	CheckedAt   time.Time  `json:"checkedAt"`
+	// Method says what was compared: "page" (open_web_page's text, re-extracted the same way) or
+	// "excerpt" (each line of a search excerpt looked up in the live page).
+	Method string `json:"method,omitempty"`
+	// Similarity is the share of the excerpt's sentences or lines still found on the page (0–1).
+	Similarity *float64 `json:"similarity,omitempty"`
+	// Detail says in one sentence what changed, or why the page could not be reached.
+	Detail string `json:"detail"`
+	// Missing quotes (shortened) the first part of the excerpt no longer found on the page.
+	Missing string `json:"missing,omitempty"`
+}
+
+// LivePage is a source's current text as Config.Fetch returns it, in each form the tools extract
+// from a page at retrieval time, so that a recheck compares like with like.
+type LivePage struct {
+	// Text is what open_web_page returns for the URL now: the same fetcher, extraction and limits.
+	Text string
+	// Passages is the page as the local search renders its excerpts: one line per heading ("## …"),
+	// list item, table row ("| … |") or paragraph.
+	Passages string
+	// Full is all visible text of the page, title included: where a search engine's snippet comes from.
+	Full string
 }
 
 // handlePreview returns the text the model was given for citation n of a final answer: the run's
 // registry is rebuilt from the run's stored TOOL messages, exactly as the citation hook built it.
+// With ?recheck=1 it also compares that text with the live page (only for the message's owner:
+// anything else is 404 before any fetch happens).
 func (s *Server) handlePreview(w http.ResponseWriter, r *http.Request, u store.User) error {
 	w.Header().Set("Cache-Control", "no-store")
 	m, err := s.ownedMessage(r, u, r.PathValue("id"))
@@ -86,64 +131,190 @@ func (s *Server) handlePreview(w http.ResponseWriter, r *http.Request, u store.U
 		out.RetrievedAt = &at
 	}
 	if r.URL.Query().Get("recheck") == "1" {
-		changed, err := s.recheck(r.Context(), src, out.Digest)
+		rc, err := s.recheck(r.Context(), src)
 		if err != nil {
 			return err
 		}
-		out.Changed = &changed
+		rc.RetrievedAt = out.RetrievedAt
+		out.Recheck = &rc
+		if rc.Status != RecheckUnreachable {
+			changed := rc.Status == RecheckChanged
+			out.Changed = &changed
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-// recheck fetches the source's live text and reports whether it differs from what the model saw:
-// for a page, by digest; for a search snippet, by whether the snippet still appears in the page.
-func (s *Server) recheck(ctx context.Context, src citations.Source, digest string) (bool, error) {
+// recheck fetches the source's live page and compares it with the excerpt the model was given,
+// like with like: an open_web_page excerpt is open_web_page's own extraction of the page, so it is
+// compared with the same extraction of the live page; a web_search excerpt is a passage (local
+// corpus) or a search engine's snippet, made of lines and sentences taken from the page, so each
+// of its pieces is looked up in the live page rendered the way passages are, and in its full text.
+// Both sides are normalised alike (Unicode NFKC, case, and only letters and digits kept), so the
+// light Markdown of passages ("## ", "- ", "| … |"), list numbers aside, and whitespace never count
+// as a change.
+func (s *Server) recheck(ctx context.Context, src citations.Source) (recheckJSON, error) {
 	if s.cfg.Fetch == nil {
-		return false, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "live recheck is not available on this server"}
+		return recheckJSON{}, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "live recheck is not available on this server"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	text, err := s.cfg.Fetch(ctx, src.URL)
+	live, err := s.cfg.Fetch(ctx, src.URL)
+	checked := s.cfg.Now().UTC()
 	if err != nil {
-		return false, &Error{Status: http.StatusBadGateway, Code: CodeFetchFailed, Message: "could not fetch the source: " + err.Error(), Err: err}
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+			return recheckJSON{}, fmt.Errorf("recheck: %w", ctx.Err())
+		}
+		s.log.InfoContext(ctx, "preview recheck: source unreachable", "url", src.URL, "err", err)
+		return recheckJSON{Status: RecheckUnreachable, CheckedAt: checked,
+			Detail: "The page could not be fetched: " + strings.TrimPrefix(err.Error(), "fetch: ")}, nil
 	}
 	if src.Tool == citations.ToolOpenWebPage {
-		return citations.Digest(text) != digest, nil
+		return comparePage(src.Excerpt, live.Text, checked), nil
 	}
-	return !snippetPresent(src.Excerpt, text), nil
+	return compareExcerpt(src.Excerpt, live, checked), nil
 }
 
-// snippetPresent reports whether every piece of a search snippet (search engines join pieces with
-// ellipses) still appears in the page text, ignoring whitespace and case.
-func snippetPresent(snippet, page string) bool {
-	hay := squash(page)
-	found := false
-	for _, piece := range strings.FieldsFunc(snippet, func(r rune) bool { return r == '…' }) {
-		for _, p := range strings.Split(piece, "...") {
-			p = squash(p)
-			if p == "" {
-				continue
+// comparePage compares an open_web_page excerpt with the same extraction of the live page.
+func comparePage(excerpt, liveText string, checked time.Time) recheckJSON {
+	out := recheckJSON{Method: "page", CheckedAt: checked}
+	if normalize(excerpt) == normalize(liveText) {
+		out.Status, out.Detail = RecheckUnchanged, "The page's text is the same as when it was retrieved."
+		out.Similarity = ptr(1.0)
+		return out
+	}
+	out.Status = RecheckChanged
+	// Sentences are matched whole (a sentence that grew or shrank is a changed sentence), in any
+	// order.
+	old, now := sentences(excerpt), sentences(liveText)
+	gone, missing := missingPieces(old, sentenceSet(now))
+	added, _ := missingPieces(now, sentenceSet(old))
+	if len(old) > 0 {
+		out.Similarity = ptr(roundShare(len(old)-gone, len(old)))
+	}
+	out.Missing = missing
+	switch {
+	case strings.TrimSpace(liveText) == "":
+		out.Detail = "The page has no readable text any more."
+	case gone == 0 && added == 0:
+		out.Detail = "The page's text was rearranged; every sentence of the excerpt is still there."
+	default:
+		out.Detail = fmt.Sprintf("%d of %d sentences of the excerpt are no longer on the page; %d new sentences appear.", gone, len(old), added)
+	}
+	return out
+}
+
+// compareExcerpt looks up each piece (line, or part between ellipses) of a search excerpt in the
+// live page: in its passage rendering and in its full visible text.
+func compareExcerpt(excerpt string, live LivePage, checked time.Time) recheckJSON {
+	out := recheckJSON{Method: "excerpt", CheckedAt: checked}
+	pieces := snippetPieces(excerpt)
+	if len(pieces) == 0 {
+		out.Status, out.Detail = RecheckChanged, "The excerpt has no text that could be compared with the page."
+		return out
+	}
+	hay := normalize(live.Passages) + "\x00" + normalize(live.Full)
+	gone, missing := missingPieces(pieces, func(p string) bool { return strings.Contains(hay, p) })
+	out.Similarity = ptr(roundShare(len(pieces)-gone, len(pieces)))
+	if gone == 0 {
+		out.Status, out.Detail = RecheckUnchanged, "Every line of the excerpt is still on the page."
+		return out
+	}
+	out.Status, out.Missing = RecheckChanged, missing
+	out.Detail = fmt.Sprintf("%d of %d lines of the excerpt are no longer on the page.", gone, len(pieces))
+	return out
+}
+
+// sentenceSet is membership in a set of sentences, compared normalised.
+func sentenceSet(ss []string) func(string) bool {
+	set := make(map[string]bool, len(ss))
+	for _, s := range ss {
+		set[normalize(s)] = true
+	}
+	return func(p string) bool { return set[p] }
+}
+
+// missingPieces counts the pieces whose normalised text found rejects and returns the first of
+// them, shortened for display.
+func missingPieces(pieces []string, found func(normalized string) bool) (int, string) {
+	gone, first := 0, ""
+	for _, p := range pieces {
+		if !found(normalize(p)) {
+			if gone == 0 {
+				first = shortText(p, 120)
 			}
-			if !strings.Contains(hay, p) {
-				return false
-			}
-			found = true
+			gone++
 		}
 	}
-	return found
+	return gone, first
 }
 
-func squash(s string) string {
+// snippetPieces splits an excerpt into its lines and, within lines, at the ellipses search
+// engines put between the parts they quote; pieces with nothing comparable are dropped.
+func snippetPieces(s string) []string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		for _, piece := range strings.FieldsFunc(line, func(r rune) bool { return r == '…' }) {
+			for _, p := range strings.Split(piece, "...") {
+				if normalize(p) != "" {
+					out = append(out, strings.TrimSpace(p))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// sentences splits a page's text into its lines and, within lines, after Chinese and Western
+// sentence ends; pieces with nothing comparable are dropped.
+func sentences(s string) []string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		start := 0
+		rs := []rune(line)
+		for i, r := range rs {
+			if strings.ContainsRune("。！？；!?;", r) || (r == '.' && (i+1 == len(rs) || rs[i+1] == ' ')) {
+				if p := string(rs[start : i+1]); normalize(p) != "" {
+					out = append(out, strings.TrimSpace(p))
+				}
+				start = i + 1
+			}
+		}
+		if p := string(rs[start:]); normalize(p) != "" {
+			out = append(out, strings.TrimSpace(p))
+		}
+	}
+	return out
+}
+
+// normalize keeps only the letters and digits of s, case-folded after NFKC (full-width forms
+// become ASCII), so punctuation, whitespace and Markdown decoration never decide a comparison.
+func normalize(s string) string {
+	s = norm.NFKC.String(s)
 	var b strings.Builder
 	b.Grow(len(s))
 	for _, r := range s {
-		if unicode.IsSpace(r) {
-			continue
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			b.WriteRune(unicode.ToLower(r))
 		}
-		b.WriteRune(unicode.ToLower(r))
 	}
 	return b.String()
+}
+
+func roundShare(part, whole int) float64 {
+	return math.Round(float64(part)/float64(whole)*100) / 100
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// shortText collapses whitespace and cuts s to at most n runes.
+func shortText(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
 }
 
 // cutUTF16 returns the longest prefix of s that fits in max UTF-16 code units, never splitting a

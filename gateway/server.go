@@ -36,9 +36,10 @@ type Config struct {
 	Agent   *agent.Agent
 	// KB serves the local corpus, mounted at /kb/ (nil → 404).
 	KB http.Handler
-	// Fetch returns a page's current text for the preview recheck (open_web_page's guarded fetcher).
-	// Nil makes recheck answer 503 unavailable.
-	Fetch func(ctx context.Context, url string) (string, error)
+	// Fetch returns a page's current text for the preview recheck (open_web_page's guarded fetcher),
+	// in the forms the tools extract at retrieval time (see LivePage). Nil makes recheck answer 503
+	// unavailable.
+	Fetch func(ctx context.Context, url string) (LivePage, error)
 	// Webhooks are channel webhook routes, mounted as given (path → handler).
 	Webhooks map[string]http.Handler
 	// ChatRatePerMinute limits chat.send per user; default 20 with a burst of 5.

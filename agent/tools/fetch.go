@@ -117,15 +117,41 @@ func NewFetcher(opt FetchOptions, corpus *Corpus) (*Fetcher, error) {
 	return f, nil
 }
 
+// Live is a page's current text in each form a tool extracts from a page at retrieval time, so
+// that a later check can compare an excerpt with the live page like with like.
+type Live struct {
+	// Page is what open_web_page returns for the URL now: the same extraction (readability, the
+	// corpus text, or plain text) cut to the same MaxChars.
+	Page
+	// Passages is the page's text as the local search renders its passages: one structural line
+	// per heading ("## …"), list item ("- …", "1. …"), table row ("| … |") or paragraph.
+	Passages string
+	// Full is the visible text of the whole page, title included: what a search engine's snippet
+	// is taken from.
+	Full string
+}
+
 // Fetch opens rawURL and returns its readable text.
 func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Page, error) {
+	l, err := f.fetch(ctx, rawURL, false)
+	return l.Page, err
+}
+
+// FetchLive opens rawURL like Fetch and also returns the page's text in the forms web_search
+// excerpts are taken from (see Live). The gateway's "compare with the live page" uses it.
+func (f *Fetcher) FetchLive(ctx context.Context, rawURL string) (Live, error) {
+	return f.fetch(ctx, rawURL, true)
+}
+
+// fetch opens rawURL; live asks for Live's extra forms as well.
+func (f *Fetcher) fetch(ctx context.Context, rawURL string, live bool) (Live, error) {
 	raw := strings.TrimSpace(rawURL)
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return Page{}, fmt.Errorf("fetch: %w: %q is not an absolute URL", ErrUnsupportedURL, raw)
+		return Live{}, fmt.Errorf("fetch: %w: %q is not an absolute URL", ErrUnsupportedURL, raw)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return Page{}, fmt.Errorf("fetch: %w: only http and https URLs can be opened", ErrUnsupportedURL)
+		return Live{}, fmt.Errorf("fetch: %w: only http and https URLs can be opened", ErrUnsupportedURL)
 	}
 	u.Fragment = ""
 	if f.corpus != nil {
@@ -138,25 +164,25 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Page, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return Page{}, fmt.Errorf("fetch: %w: %v", ErrUnsupportedURL, err)
+		return Live{}, fmt.Errorf("fetch: %w: %v", ErrUnsupportedURL, err)
 	}
 	req.Header.Set("User-Agent", f.opt.UserAgent)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml,text/plain;q=0.9,text/markdown;q=0.9,*/*;q=0.1")
 	req.Header.Set("Accept-Language", "zh-CN,zh;q=0.9,en;q=0.8")
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return Page{}, f.describe(ctx, err)
+		return Live{}, f.describe(ctx, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone {
-			return Page{}, fmt.Errorf("fetch: %w: HTTP %d %s", ErrNotFound, resp.StatusCode, http.StatusText(resp.StatusCode))
+			return Live{}, fmt.Errorf("fetch: %w: HTTP %d %s", ErrNotFound, resp.StatusCode, http.StatusText(resp.StatusCode))
 		}
-		return Page{}, fmt.Errorf("fetch: the server answered HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+		return Live{}, fmt.Errorf("fetch: the server answered HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, f.opt.MaxBytes+1))
 	if err != nil {
-		return Page{}, f.describe(ctx, err)
+		return Live{}, f.describe(ctx, err)
 	}
 	cut := int64(len(body)) > f.opt.MaxBytes
 	if cut {
@@ -169,17 +195,18 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Page, error) {
 		ctype = http.DetectContentType(body)
 		mt, _, _ = mime.ParseMediaType(ctype)
 	}
-	var title, text string
+	var x extraction
 	switch {
 	case mt == "text/html" || mt == "application/xhtml+xml":
-		title, text = extractHTML(toUTF8(body, ctype, true), resp.Request.URL)
+		x = extractHTML(toUTF8(body, ctype, true), resp.Request.URL, live)
 	case mt == "text/plain" || mt == "text/markdown" || mt == "text/x-markdown":
-		text = plainText(toUTF8(body, ctype, false))
-		title = markdownTitle(text)
+		x.text = plainText(toUTF8(body, ctype, false))
+		x.title = markdownTitle(x.text)
+		x.passages, x.full = x.text, x.text
 	default:
-		return Page{}, fmt.Errorf("fetch: %w %s: only HTML, plain text and Markdown pages can be opened", ErrUnsupportedContentType, mt)
+		return Live{}, fmt.Errorf("fetch: %w %s: only HTML, plain text and Markdown pages can be opened", ErrUnsupportedContentType, mt)
 	}
-	return f.page(raw, title, text, cut), nil
+	return Live{Page: f.page(raw, x.title, x.text, cut), Passages: x.passages, Full: x.full}, nil
 }
 
 // page assembles a Page, cutting text to MaxChars.
@@ -189,20 +216,32 @@ func (f *Fetcher) page(u, title, text string, cut bool) Page {
 	return Page{URL: u, Title: title, Content: content, ContentLength: n, Truncated: cut || cutChars}
 }
 
-// corpusPage answers a URL of the local corpus without touching the network.
-func (f *Fetcher) corpusPage(u, slug string) (Page, error) {
+// corpusPage answers a URL of the local corpus without touching the network. Its passages are
+// the document's own blocks, the very lines the local search builds its excerpts from.
+func (f *Fetcher) corpusPage(u, slug string) (Live, error) {
 	if slug == "" {
 		var b strings.Builder
 		for _, d := range f.corpus.sortedDocs() {
 			fmt.Fprintf(&b, "%s\n%s\n\n", d.Title, d.URL)
 		}
-		return f.page(u, "知识库目录", strings.TrimSpace(b.String()), false), nil
+		text := strings.TrimSpace(b.String())
+		return Live{Page: f.page(u, "知识库目录", text, false), Passages: text, Full: text}, nil
 	}
 	d, ok := f.corpus.bySlug[slug]
 	if !ok {
-		return Page{}, fmt.Errorf("fetch: %w: no knowledge-base document %q", ErrNotFound, slug)
+		return Live{}, fmt.Errorf("fetch: %w: no knowledge-base document %q", ErrNotFound, slug)
 	}
-	return f.page(u, d.Title, d.Text, false), nil
+	return Live{Page: f.page(u, d.Title, d.Text, false), Passages: blocksText(d.blocks), Full: d.Title + "\n" + d.Text}, nil
+}
+
+// blocksText joins blocks one per line, as passages join them.
+func blocksText(bs []block) string {
+	var b strings.Builder
+	for _, x := range bs {
+		b.WriteString(x.text)
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // describe turns a transport error into a readable one, keeping the cause for errors.Is.
@@ -248,17 +287,31 @@ func innermost(err error) error {
 // or — when readability finds no article or only a sliver of the page — the visible text of the
 // whole body. A page the tree builder refuses (nested deeper than its 512-element limit) is read
 // with the tokenizer instead, so the model still gets its text and never its markup.
-func extractHTML(src string, pageURL *url.URL) (string, string) {
+//
+// With live set it also renders the page's passages and full text (see Live).
+func extractHTML(src string, pageURL *url.URL, live bool) extraction {
 	doc, err := html.Parse(strings.NewReader(src))
 	if err != nil {
-		return tokenText(src)
+		title, text := tokenText(src)
+		x := extraction{title: title, text: text}
+		if live {
+			x.passages, x.full = text, title+"\n"+text
+		}
+		return x
 	}
 	pageTitle := strings.TrimSpace(nodeText(findElement(doc, atom.Title)))
-	var full string
-	if body := findElement(doc, atom.Body); body != nil {
-		full = htmlText(body)
-	} else {
-		full = htmlText(doc)
+	body := findElement(doc, atom.Body)
+	if body == nil {
+		body = doc
+	}
+	full := htmlText(body)
+	var passages string
+	if live {
+		// Before readability, which rearranges the tree it is given.
+		w := &blockWriter{}
+		w.walk(body)
+		w.flush()
+		passages = blocksText(w.out)
 	}
 	title, text := readable(doc, pageURL)
 	if title == "" {
@@ -267,7 +320,17 @@ func extractHTML(src string, pageURL *url.URL) (string, string) {
 	if n := utf8.RuneCountInString(text); n == 0 || (n < 200 && utf8.RuneCountInString(full) > 3*n) {
 		text = full
 	}
-	return cleanText(title), text
+	x := extraction{title: cleanText(title), text: text}
+	if live {
+		x.passages, x.full = passages, pageTitle+"\n"+full
+	}
+	return x
+}
+
+// extraction is what extractHTML finds in a page.
+type extraction struct {
+	title, text    string
+	passages, full string // only for live checks
 }
 
 // readable runs readability on doc. A panic inside the parser (it walks arbitrary markup) is

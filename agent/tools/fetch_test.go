@@ -557,3 +557,32 @@ func FuzzTokenText(f *testing.F) {
 		}
 	})
 }
+
+func TestFetchLiveForms(t *testing.T) {
+	page, err := os.ReadFile("testdata/article.html")
+	require.NoError(t, err)
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(page)
+	})
+	f := newFetcher(t, FetchOptions{Allow: allowLoopback}, nil)
+	live, err := f.FetchLive(context.Background(), srv.URL)
+	require.NoError(t, err)
+	p, err := f.Fetch(context.Background(), srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, p, live.Page, "the page part is exactly what open_web_page gets")
+	assert.Contains(t, live.Full, "热门文章", "the full text keeps what readability leaves out")
+	assert.Contains(t, live.Passages, "数电发票不能作废")
+
+	// A corpus document: passages are its own blocks, the lines search excerpts are made of.
+	c := loadSample(t)
+	live, err = newFetcher(t, FetchOptions{}, c).FetchLive(context.Background(), testPublicURL+"/kb/annual-leave")
+	require.NoError(t, err)
+	res, err := c.Search(context.Background(), "年假有多少天", 1)
+	require.NoError(t, err)
+	require.NotEmpty(t, res)
+	for _, line := range strings.Split(res[0].Content, "\n") {
+		assert.Contains(t, live.Passages, line, "every line of a passage is a line (or a cut line) of the page's passages")
+	}
+	assert.True(t, strings.HasPrefix(live.Full, "年假"), live.Full[:40])
+}

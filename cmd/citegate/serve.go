@@ -75,9 +75,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		Store:     st,
 		Agent:     cr.Agent,
 		KB:        cr.Corpus.Handler(),
-		Fetch: func(ctx context.Context, url string) (string, error) {
-			p, err := cr.Fetcher.Fetch(ctx, url)
-			return p.Content, err
+		Fetch: func(ctx context.Context, url string) (gateway.LivePage, error) {
+			p, err := cr.Fetcher.FetchLive(ctx, url)
+			return gateway.LivePage{Text: p.Content, Passages: p.Passages, Full: p.Full}, err
 		},
 		Webhooks:          webhooks,
 		ChatRatePerMinute: cfg.ChatPerMinute,

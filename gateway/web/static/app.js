@@ -11,7 +11,8 @@
       failed: '回答失败', cancelled: '已停止', interrupted: '回答被中断', retry: '请重试。',
       shareFailed: '创建分享失败', copied: '已复制分享链接', revoked: '分享已撤销',
       excerptLoading: '正在加载摘录…', excerptFailed: '无法加载摘录', retrieved: '检索于',
-      recheck: '与当前网页比对', changed: '网页内容已变化', unchanged: '网页内容未变化',
+      recheck: '与当前网页比对', changed: '网页内容已变化', unchanged: '网页内容未变化', unreachable: '网页无法访问',
+      checked: '比对于', similarity: '摘录仍在网页上的比例',
       truncated: '（摘录已截断）', rejected: '未发送', user: '用户', assistant: '助手',
     },
     en: {
@@ -21,7 +22,8 @@
       failed: 'The answer failed', cancelled: 'Stopped', interrupted: 'The answer was interrupted', retry: 'Please try again.',
       shareFailed: 'Could not create the share', copied: 'Share link copied', revoked: 'Share revoked',
       excerptLoading: 'Loading excerpt…', excerptFailed: 'Could not load the excerpt', retrieved: 'Retrieved',
-      recheck: 'Compare with the live page', changed: 'The page has changed', unchanged: 'The page is unchanged',
+      recheck: 'Compare with the live page', changed: 'The page has changed', unchanged: 'The page is unchanged', unreachable: 'The page cannot be reached',
+      checked: 'checked', similarity: 'share of the excerpt still on the page',
       truncated: '(excerpt truncated)', rejected: 'Not sent', user: 'User', assistant: 'Assistant',
     },
   };
@@ -435,7 +437,15 @@
       const meta = [link];
       if (p.retrievedAt) meta.push(el('span', '', T.retrieved + ' ' + new Date(p.retrievedAt).toLocaleString(lang === 'en' ? 'en' : 'zh-CN')));
       if (p.truncated) meta.push(el('span', '', T.truncated));
-      if (typeof p.changed === 'boolean') {
+      if (p.recheck) {
+        // The verdict in the page's language; the server's one-sentence detail as a tooltip.
+        const rc = p.recheck;
+        let label = T[rc.status] || rc.status;
+        if (rc.status === 'changed' && typeof rc.similarity === 'number') label += ' (' + T.similarity + ' ' + Math.round(rc.similarity * 100) + '%)';
+        const v = el('span', rc.status === 'unchanged' ? 'unchanged' : 'changed', label);
+        v.title = (rc.detail || '') + (rc.checkedAt ? ' — ' + T.checked + ' ' + new Date(rc.checkedAt).toLocaleString(lang === 'en' ? 'en' : 'zh-CN') : '');
+        meta.push(v);
+      } else if (typeof p.changed === 'boolean') {
         meta.push(el('span', p.changed ? 'changed' : 'unchanged', p.changed ? T.changed : T.unchanged));
       } else {
         const b = el('button', 'link', T.recheck);
