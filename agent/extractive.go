@@ -33,6 +33,8 @@ const (
 	// extractiveOtherSourceShare is the share of the best sentence's score a sentence of another
 	// document must reach to join the answer.
 	extractiveOtherSourceShare = 0.95
+	// extractiveCoverageBonus rewards a sentence whose context covers every concept of the part.
+	extractiveCoverageBonus = 0.15
 	// extractiveMaxListSentences bounds the items a list question gathers from one section.
 	extractiveMaxListSentences = 8
 	// extractiveMinScore is the share of the question's terms a sentence must contain.
@@ -187,6 +189,7 @@ type scored struct {
 	item   bool   // a list item, step or table row
 	step   bool   // a numbered step of a procedure
 	hits   uint64 // bit i: the sentence itself names concept i
+	about  bool   // its heading or document title names something the part asks about
 }
 
 // isMetaSentence reports sentences about the document rather than its subject ("本文说明…",
@@ -417,7 +420,11 @@ func selectSentences(p qpart, passages []passage) []scored {
 	for _, s := range sents {
 		hit, ctxHit, sum := 0, 0, 0.0
 		var hits uint64
+		about := false
 		for i, c := range concepts {
+			if c.factor == 1 && !about && (c.in(s.context, s.ctxLow) || c.in(s.title, s.titLow)) {
+				about = true
+			}
 			switch {
 			case c.in(s.terms, s.lower):
 				if c.factor == 1 {
@@ -442,6 +449,12 @@ func selectSentences(p qpart, passages []passage) []scored {
 			}
 		}
 		score := sum / total
+		// A sentence whose sentence, heading or title names everything the part asks about beats
+		// one that names more of it itself but misses a part entirely ("审批流程" of IT devices for
+		// "报销的审批流程").
+		if own >= 2 && hit+ctxHit == own {
+			score += extractiveCoverageBonus
+		}
 		// A list item under a heading that names the question ("## Data classification") belongs to
 		// the list a list question asks for, though it does not repeat the heading's words.
 		listItem := list && s.item && ctxHit >= need
@@ -472,6 +485,7 @@ func selectSentences(p qpart, passages []passage) []scored {
 		c := s.scored
 		c.score = score
 		c.hits = hits
+		c.about = about
 		if s.hasUnit {
 			c.figure = 2
 		} else if s.hasNum {
@@ -490,6 +504,14 @@ func selectSentences(p qpart, passages []passage) []scored {
 	// An amount question is answered by the sentences that give one, in the unit asked for if any do.
 	if best := slices.MaxFunc(cands, func(a, b scored) int { return cmp.Compare(a.figure, b.figure) }).figure; best > 0 {
 		cands = slices.DeleteFunc(cands, func(c scored) bool { return c.figure < best })
+	}
+	// A how-question is answered by the steps of a procedure, the way an amount question is
+	// answered by a figure: by the steps of a procedure whose heading or document title names what
+	// is asked, not by a step of another procedure that mentions it in passing ("connect to the VPN"
+	// as step 5 of a password reset).
+	procedureStep := func(c scored) bool { return c.step && c.about }
+	if howTo && slices.ContainsFunc(cands, procedureStep) {
+		cands = slices.DeleteFunc(cands, func(c scored) bool { return !procedureStep(c) })
 	}
 	slices.SortStableFunc(cands, func(a, b scored) int {
 		if c := cmp.Compare(b.score, a.score); c != 0 {
@@ -543,9 +565,37 @@ func selectSentences(p qpart, passages []passage) []scored {
 			picked = append(picked, c)
 		}
 	}
+	// "按上述流程申请" points at the procedure above it: that procedure is the answer too.
+	for _, c := range slices.Clone(picked) {
+		if !refersBack(c.text) {
+			continue
+		}
+		var steps []scored
+		for k := c.order - 1; k >= 0 && len(steps) < extractiveMaxListSentences; k-- {
+			s := sents[k]
+			if s.pass != c.pass || (!s.step && len(steps) > 0) {
+				break
+			}
+			if s.step {
+				steps = append(steps, s.scored)
+			}
+		}
+		for _, st := range steps {
+			if !slices.ContainsFunc(picked, func(p scored) bool { return p.order == st.order }) {
+				picked = append(picked, st)
+			}
+		}
+	}
 	// The answer reads in source order, like an excerpt, rather than by score.
 	slices.SortFunc(picked, func(a, b scored) int { return cmp.Compare(a.order, b.order) })
 	return picked
+}
+
+// refersBack reports a sentence that points at the procedure before it ("按上述流程申请",
+// "follow the steps above").
+func refersBack(s string) bool {
+	ls := strings.ToLower(s)
+	return slices.ContainsFunc([]string{"上述流程", "上述步骤", "以上流程", "以上步骤", "如上流程", "steps above", "above steps", "procedure above"}, func(w string) bool { return strings.Contains(ls, w) })
 }
 
 // asksRemedy reports a question after what to do ("怎么办", "what now"), which a procedure answers.

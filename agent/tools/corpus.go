@@ -624,6 +624,11 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 			size += add
 			window = append(window, j)
 		}
+		// A heading whose section did not fit says nothing: it would only score the window for
+		// words the reader then does not find in it.
+		for len(window) > prefix+1 && d.units[window[len(window)-1]].kind == unitHeading {
+			window = window[:len(window)-1]
+		}
 		maxIDF := 0.0
 		for _, k := range window[prefix:] {
 			for n, w := range terms {

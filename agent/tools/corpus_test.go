@@ -119,6 +119,25 @@ func TestLocalSearchPassageIsRelevantPart(t *testing.T) {
 	assert.Less(t, utf8.RuneCountInString(res[0].Content), utf8.RuneCountInString(full.Text))
 }
 
+// TestPassageNeverEndsInAHeading checks that a passage does not end with a heading whose section
+// did not fit: "剩余年假在哪里查" once got the 结转 section ending in "## 查询剩余年假", scored for the
+// heading's words, without the sentence under it that answers.
+func TestPassageNeverEndsInAHeading(t *testing.T) {
+	c := loadSample(t)
+	res, err := c.Search(context.Background(), "剩余年假在哪里查", 1)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	assert.Contains(t, res[0].Content, "我的假期余额")
+	for _, q := range []string{"剩余年假在哪里查", "报销和发票有哪些规定", "年假有几天", "VPN session", "密码规则"} {
+		res, err := c.Search(context.Background(), q, 5)
+		require.NoError(t, err)
+		for _, r := range res {
+			lines := strings.Split(r.Content, "\n")
+			assert.False(t, strings.HasPrefix(lines[len(lines)-1], "#"), "the passage of %s for %q ends in a heading:\n%s", r.Title, q, r.Content)
+		}
+	}
+}
+
 // TestPassageKeepsStructure checks that passages carry headings, list items and table rows as
 // light Markdown, with every row under its table's header, so readers can pair cells with columns.
 func TestPassageKeepsStructure(t *testing.T) {

@@ -46,7 +46,7 @@ var Domain = Lexicon{
 	{"普票", "普通发票"},
 	// Topics by their Chinese and English names.
 	{"电脑", "笔记本", "laptop", "computer"},
-	{"连上", "连接", "连不上", "connect", "connected"},
+	{"连上", "连接", "连不上", "connect", "connected", "access"},
 	{"内网", "internal"},
 	{"网站", "网页", "sites", "site", "pages"},
 	{"打不开", "无法访问", "访问不了", "进不去", "not load", "do not load", "cannot open"},
