@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode"
@@ -97,4 +98,111 @@ func (s *Store) CountUsers(ctx context.Context) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// UserByName returns the user with this name (ignoring case and surrounding space), or ErrNotFound.
+func (s *Store) UserByName(ctx context.Context, name string) (User, error) {
+	var u User
+	err := s.view(ctx, "user by name", func(tx *bolt.Tx) error {
+		var err error
+		u, err = userByNameLocked(tx, name)
+		return err
+	})
+	return u, err
+}
+
+func userByNameLocked(tx *bolt.Tx, name string) (User, error) {
+	var u User
+	name = strings.TrimSpace(name)
+	id := tx.Bucket(bucketUserNames).Get([]byte(strings.ToLower(name)))
+	if id == nil {
+		return u, fmt.Errorf("user %q: %w", name, ErrNotFound)
+	}
+	err := getJSON(tx.Bucket(bucketUsers), id, "user", &u)
+	return u, err
+}
+
+// UserInfo is a user as `citegate user list` shows it.
+type UserInfo struct {
+	User
+	// Active is false when the user is revoked (holds no access token).
+	Active bool `json:"active"`
+	// WebSessions counts the browser sessions that have not expired.
+	WebSessions int `json:"webSessions"`
+}
+
+// ListUsers returns every user ordered by name (case-insensitive), with its state.
+func (s *Store) ListUsers(ctx context.Context) ([]UserInfo, error) {
+	var out []UserInfo
+	now := s.nowUTC()
+	err := s.view(ctx, "list users", func(tx *bolt.Tx) error {
+		active := map[string]bool{}
+		if err := tx.Bucket(bucketUserTokens).ForEach(func(_, v []byte) error {
+			active[string(v)] = true
+			return nil
+		}); err != nil {
+			return err
+		}
+		sessions := map[string]int{}
+		if err := tx.Bucket(bucketWebSessions).ForEach(func(_, v []byte) error {
+			var ws webSession
+			if json.Unmarshal(v, &ws) == nil && now.Before(ws.ExpiresAt) {
+				sessions[ws.UserID]++
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		// user_names is keyed by the lower-case name, so walking it yields the order we want.
+		return tx.Bucket(bucketUserNames).ForEach(func(_, id []byte) error {
+			var u User
+			if err := getJSON(tx.Bucket(bucketUsers), id, "user", &u); err != nil {
+				return err
+			}
+			out = append(out, UserInfo{User: u, Active: active[u.ID], WebSessions: sessions[u.ID]})
+			return nil
+		})
+	})
+	return out, err
+}
+
+// RotateToken gives the named user a new access token and returns it. Every earlier credential of
+// the user (access tokens, browser sessions, pending login codes) stops working in the same
+// transaction. It also re-activates a revoked user. Unknown names are ErrNotFound.
+func (s *Store) RotateToken(ctx context.Context, name string) (User, string, error) {
+	var u User
+	token := randToken(tokenBytes)
+	err := s.update(ctx, "rotate token", func(tx *bolt.Tx) error {
+		var err error
+		if u, err = userByNameLocked(tx, name); err != nil {
+			return err
+		}
+		if _, _, err := deleteCredentialsLocked(tx, u.ID); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketUserTokens).Put([]byte(hashToken(token)), []byte(u.ID))
+	})
+	if err != nil {
+		return User{}, "", err
+	}
+	return u, token, nil
+}
+
+// RevokeUser removes every credential of the named user (access tokens, browser sessions, pending
+// login codes). The user and their history stay; RotateToken gives them a token again. Revoking a
+// revoked user changes nothing and is not an error. Unknown names are ErrNotFound.
+func (s *Store) RevokeUser(ctx context.Context, name string) (User, error) {
+	var u User
+	err := s.update(ctx, "revoke user", func(tx *bolt.Tx) error {
+		var err error
+		if u, err = userByNameLocked(tx, name); err != nil {
+			return err
+		}
+		_, _, err = deleteCredentialsLocked(tx, u.ID)
+		return err
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return u, nil
 }
