@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,8 +27,15 @@ const AdminSocketName = "citegate.sock"
 var ErrNoAdminServer = errors.New("no citegate server is listening")
 
 // ServeAdmin serves the admin API on the unix socket DataDir/citegate.sock (mode 0600, removed on
-// exit) until ctx ends. It lets `citegate user add` work while this process holds the database.
-// Routes: POST /users {"name"} → 201 {"id","name","token"}.
+// exit) until ctx ends. It lets the admin commands (`citegate user …`, `citegate backup`) work while
+// this process holds the database. Routes (JSON; errors as everywhere, {"error":{"code","message"}}):
+//
+//	POST /users        {"name"} → 201 {"id","name","token"}    (conflict: name taken)
+//	GET  /users        → {"users":[store.UserInfo…]}
+//	POST /users/token  {"name"} → {"id","name","token"}        (rotate; closes the user's websockets)
+//	POST /users/revoke {"name"} → {"id","name"}                (closes the user's websockets)
+//	POST /users/login  {"name"} → {"id","name","url","expiresAt"} (conflict code "revoked")
+//	GET  /backup       → the bbolt file, with Content-Length (consistent online copy)
 func (s *Server) ServeAdmin(ctx context.Context) error {
 	if s.cfg.DataDir == "" {
 		return errors.New("gateway: admin socket: Config.DataDir is required")
@@ -47,6 +55,11 @@ func (s *Server) ServeAdmin(ctx context.Context) error {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /users", s.handleAdminAddUser)
+	mux.HandleFunc("GET /users", s.handleAdminListUsers)
+	mux.HandleFunc("POST /users/token", s.handleAdminRotate)
+	mux.HandleFunc("POST /users/revoke", s.handleAdminRevoke)
+	mux.HandleFunc("POST /users/login", s.handleAdminLogin)
+	mux.HandleFunc("GET /backup", s.handleAdminBackup)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound()) })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
@@ -117,51 +130,186 @@ func clearStaleSocket(ctx context.Context, path string) error {
 	return nil
 }
 
+// CodeRevoked is the admin API's error code for a login link asked for a revoked user.
+const CodeRevoked = "revoked"
+
 type adminUserReq struct {
 	Name string `json:"name"`
 }
 
-type adminUserResp struct {
-	ID    string `json:"id"`
-	Name  string `json:"name"`
-	Token string `json:"token"`
+// AdminUser is the admin API's answer about one user. Token is set when a token was created
+// (add, rotate); URL and ExpiresAt when a login link was (login).
+type AdminUser struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Token     string    `json:"token,omitempty"`
+	URL       string    `json:"url,omitempty"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
 
-func (s *Server) handleAdminAddUser(w http.ResponseWriter, r *http.Request) {
+// adminName reads {"name"} from the request body.
+func adminName(w http.ResponseWriter, r *http.Request) (string, error) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	var req adminUserReq
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		s.writeError(w, r, errBadRequest("body must be {\"name\": \"…\"}"))
-		return
+		return "", errBadRequest("body must be {\"name\": \"…\"}")
 	}
 	name := strings.TrimSpace(req.Name)
 	if name == "" {
-		s.writeError(w, r, errBadRequest("user name must not be empty"))
+		return "", errBadRequest("user name is empty")
+	}
+	return name, nil
+}
+
+// adminStoreErr maps the store's answers to the admin API's codes. Unlike the public API, the admin
+// socket is the operator's own: not-found and conflicts are named as they are.
+func (s *Server) adminStoreErr(op, name string, err error) *Error {
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: fmt.Sprintf("user name %q is already taken", name)}
+	case errors.Is(err, store.ErrRevoked):
+		return &Error{Status: http.StatusConflict, Code: CodeRevoked, Message: fmt.Sprintf("user %q is revoked", name)}
+	case errors.Is(err, store.ErrNotFound):
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no user named %q", name)}
+	case errors.Is(err, store.ErrInvalid):
+		// The store's validation messages (empty, too long) are meant for the operator.
+		msg := err.Error()
+		if i := strings.LastIndex(msg, store.ErrInvalid.Error()+": "); i >= 0 {
+			msg = msg[i+len(store.ErrInvalid.Error())+2:]
+		}
+		return errBadRequest(msg)
+	}
+	return s.storeErr(op, err)
+}
+
+func (s *Server) handleAdminAddUser(w http.ResponseWriter, r *http.Request) {
+	name, err := adminName(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	u, tok, err := s.st.CreateUser(r.Context(), name)
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		s.writeError(w, r, &Error{Status: http.StatusConflict, Code: CodeConflict, Message: err.Error()})
-		return
-	case errors.Is(err, store.ErrInvalid):
-		// The store's validation messages (empty, too long) are meant for the operator.
-		s.writeError(w, r, errBadRequest(err.Error()))
-		return
-	case err != nil:
-		s.writeError(w, r, s.storeErr("create_user", err))
+	if err != nil {
+		s.writeError(w, r, s.adminStoreErr("create_user", name, err))
 		return
 	}
 	s.log.InfoContext(r.Context(), "user created via admin socket", "user", u.ID, "name", u.Name)
-	writeJSON(w, http.StatusCreated, adminUserResp{ID: u.ID, Name: u.Name, Token: tok})
+	writeJSON(w, http.StatusCreated, AdminUser{ID: u.ID, Name: u.Name, Token: tok})
 }
 
-// AdminAddUser asks the server running on dataDir to create a user and returns the new token. It
-// returns an error wrapping ErrNoAdminServer when no server listens there.
-func AdminAddUser(ctx context.Context, dataDir, name string) (string, error) {
-	path := filepath.Join(dataDir, AdminSocketName)
-	client := &http.Client{
-		Timeout: 10 * time.Second,
+func (s *Server) handleAdminListUsers(w http.ResponseWriter, r *http.Request) {
+	users, err := s.st.ListUsers(r.Context())
+	if err != nil {
+		s.writeError(w, r, s.storeErr("list_users", err))
+		return
+	}
+	if users == nil {
+		users = []store.UserInfo{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"users": users})
+}
+
+func (s *Server) handleAdminRotate(w http.ResponseWriter, r *http.Request) {
+	name, err := adminName(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	u, tok, err := s.st.RotateToken(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, s.adminStoreErr("rotate_token", name, err))
+		return
+	}
+	s.hub.closeUser(u.ID)
+	s.log.InfoContext(r.Context(), "user token rotated via admin socket", "user", u.ID)
+	writeJSON(w, http.StatusOK, AdminUser{ID: u.ID, Name: u.Name, Token: tok})
+}
+
+func (s *Server) handleAdminRevoke(w http.ResponseWriter, r *http.Request) {
+	name, err := adminName(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	u, err := s.st.RevokeUser(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, s.adminStoreErr("revoke_user", name, err))
+		return
+	}
+	s.hub.closeUser(u.ID)
+	s.log.InfoContext(r.Context(), "user revoked via admin socket", "user", u.ID)
+	writeJSON(w, http.StatusOK, AdminUser{ID: u.ID, Name: u.Name})
+}
+
+func (s *Server) handleAdminLogin(w http.ResponseWriter, r *http.Request) {
+	name, err := adminName(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	u, err := s.st.UserByName(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, s.adminStoreErr("user_by_name", name, err))
+		return
+	}
+	code, exp, err := s.st.CreateLoginCode(r.Context(), u.ID, store.MaxLoginCodeTTL)
+	if err != nil {
+		s.writeError(w, r, s.adminStoreErr("create_login_code", u.Name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, AdminUser{ID: u.ID, Name: u.Name, URL: LoginURL(s.cfg.PublicURL, code), ExpiresAt: exp})
+}
+
+// handleAdminBackup streams a consistent copy of the database. Content-Length is the copy's size,
+// so the client can tell a complete copy from one cut short.
+func (s *Server) handleAdminBackup(w http.ResponseWriter, r *http.Request) {
+	started := false
+	n, err := s.st.BackupWith(r.Context(), func(size int64) (io.Writer, error) {
+		started = true
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+		return w, nil
+	})
+	if err != nil {
+		if !started {
+			s.writeError(w, r, s.storeErr("backup", err))
+			return
+		}
+		// Too late for an error body: the short body (against Content-Length) tells the client.
+		s.log.ErrorContext(r.Context(), "backup over the admin socket cut short", "bytes", n, "err", err)
+		return
+	}
+	s.log.InfoContext(r.Context(), "backup written via admin socket", "bytes", n)
+}
+
+// AdminError is an error the server answered on the admin socket. It wraps the store error that
+// matches its code (store.ErrConflict, store.ErrNotFound, store.ErrRevoked, store.ErrInvalid), so
+// callers handle answers from the server and from the store alike.
+type AdminError struct {
+	Code, Message string
+}
+
+func (e *AdminError) Error() string { return e.Message }
+
+func (e *AdminError) Unwrap() error {
+	switch e.Code {
+	case CodeConflict:
+		return store.ErrConflict
+	case CodeNotFound:
+		return store.ErrNotFound
+	case CodeRevoked:
+		return store.ErrRevoked
+	case CodeBadRequest:
+		return store.ErrInvalid
+	}
+	return nil
+}
+
+// adminClient talks HTTP over the data directory's admin socket.
+func adminClient(path string, timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: timeout,
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				var d net.Dialer
@@ -170,34 +318,126 @@ func AdminAddUser(ctx context.Context, dataDir, name string) (string, error) {
 			DisableKeepAlives: true,
 		},
 	}
-	body, _ := json.Marshal(adminUserReq{Name: name})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://citegate/users", bytes.NewReader(body))
-	if err != nil {
-		return "", fmt.Errorf("admin: %w", err)
+}
+
+// adminDo sends one request to the server on dataDir's admin socket. It returns the response for
+// a 2xx answer (the caller closes it), an *AdminError for an error answer, and an error wrapping
+// ErrNoAdminServer when nobody listens there.
+func adminDo(ctx context.Context, dataDir, method, path string, in any, timeout time.Duration) (*http.Response, error) {
+	sock := filepath.Join(dataDir, AdminSocketName)
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+		body = bytes.NewReader(b)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
+	req, err := http.NewRequestWithContext(ctx, method, "http://citegate"+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := adminClient(sock, timeout).Do(req)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
-			return "", fmt.Errorf("admin: %w on %s", ErrNoAdminServer, path)
+			return nil, fmt.Errorf("admin: %w on %s", ErrNoAdminServer, sock)
 		}
-		return "", fmt.Errorf("admin: talk to the server on %s: %w", path, err)
+		return nil, fmt.Errorf("admin: talk to the server on %s: %w", sock, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var eb errorBody
+	if json.Unmarshal(data, &eb) == nil && eb.Error.Message != "" {
+		return nil, &AdminError{Code: eb.Error.Code, Message: eb.Error.Message}
+	}
+	return nil, fmt.Errorf("admin: server answered %s", resp.Status)
+}
+
+// adminJSON is adminDo for JSON answers.
+func adminJSON(ctx context.Context, dataDir, method, path string, in, out any) error {
+	resp, err := adminDo(ctx, dataDir, method, path, in, 10*time.Second)
 	if err != nil {
-		return "", fmt.Errorf("admin: read answer: %w", err)
+		return err
 	}
-	if resp.StatusCode != http.StatusCreated {
-		var eb errorBody
-		if json.Unmarshal(data, &eb) == nil && eb.Error.Message != "" {
-			return "", fmt.Errorf("admin: %s", eb.Error.Message)
-		}
-		return "", fmt.Errorf("admin: server answered %s", resp.Status)
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
+		return fmt.Errorf("admin: malformed answer from the server: %w", err)
 	}
-	var out adminUserResp
-	if err := json.Unmarshal(data, &out); err != nil || out.Token == "" {
-		return "", fmt.Errorf("admin: malformed answer from the server")
+	return nil
+}
+
+// AdminAddUser asks the server running on dataDir to create a user and returns the new token. It
+// returns an error wrapping ErrNoAdminServer when no server listens there.
+func AdminAddUser(ctx context.Context, dataDir, name string) (string, error) {
+	var out AdminUser
+	if err := adminJSON(ctx, dataDir, http.MethodPost, "/users", adminUserReq{Name: name}, &out); err != nil {
+		return "", err
+	}
+	if out.Token == "" {
+		return "", errors.New("admin: malformed answer from the server: no token")
 	}
 	return out.Token, nil
+}
+
+// AdminListUsers lists the users of the server running on dataDir.
+func AdminListUsers(ctx context.Context, dataDir string) ([]store.UserInfo, error) {
+	var out struct {
+		Users []store.UserInfo `json:"users"`
+	}
+	err := adminJSON(ctx, dataDir, http.MethodGet, "/users", nil, &out)
+	return out.Users, err
+}
+
+// AdminRotateToken gives the named user a new token through the server running on dataDir; the
+// old token, the user's browser sessions and open websockets stop working at once.
+func AdminRotateToken(ctx context.Context, dataDir, name string) (AdminUser, error) {
+	var out AdminUser
+	err := adminJSON(ctx, dataDir, http.MethodPost, "/users/token", adminUserReq{Name: name}, &out)
+	if err == nil && out.Token == "" {
+		err = errors.New("admin: malformed answer from the server: no token")
+	}
+	return out, err
+}
+
+// AdminRevokeUser removes the named user's credentials through the server running on dataDir and
+// closes their open websockets.
+func AdminRevokeUser(ctx context.Context, dataDir, name string) (AdminUser, error) {
+	var out AdminUser
+	err := adminJSON(ctx, dataDir, http.MethodPost, "/users/revoke", adminUserReq{Name: name}, &out)
+	return out, err
+}
+
+// AdminLoginLink asks the server running on dataDir for a one-time login link for the named user.
+func AdminLoginLink(ctx context.Context, dataDir, name string) (AdminUser, error) {
+	var out AdminUser
+	err := adminJSON(ctx, dataDir, http.MethodPost, "/users/login", adminUserReq{Name: name}, &out)
+	if err == nil && out.URL == "" {
+		err = errors.New("admin: malformed answer from the server: no link")
+	}
+	return out, err
+}
+
+// AdminBackup copies the database of the server running on dataDir to w and returns the bytes
+// written. A copy cut short (fewer bytes than the server announced) is an error.
+func AdminBackup(ctx context.Context, dataDir string, w io.Writer) (int64, error) {
+	// No overall timeout: a large database takes the time it takes; ctx bounds it.
+	resp, err := adminDo(ctx, dataDir, http.MethodGet, "/backup", nil, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("admin: backup: %w", err)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return n, fmt.Errorf("admin: backup: got %d of %d bytes", n, resp.ContentLength)
+	}
+	return n, nil
 }

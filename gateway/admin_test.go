@@ -1,16 +1,20 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/citegate/citegate/store"
 )
 
 func startAdmin(t *testing.T, e *testEnv) (cancel func(), done chan error) {
@@ -110,4 +114,88 @@ func TestAdminSocketRefusesNonSocket(t *testing.T) {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.Equal(t, "precious", string(b), "nothing is lost")
+}
+
+// TestAdminUserCommands drives list, rotate, revoke and login through the socket, with an open
+// websocket that must close when its user's token is rotated.
+func TestAdminUserCommands(t *testing.T) {
+	e := newEnv(t)
+	dir := e.srv.cfg.DataDir
+	ctx := context.Background()
+	cancel, done := startAdmin(t, e)
+	defer func() { cancel(); <-done }()
+
+	alice, oldTok := e.user("alice")
+	_, bobTok := e.user("bob")
+	aliceWS := e.mustWS(oldTok)
+	bobWS := e.mustWS(bobTok)
+	// The connections are registered once they answer a frame.
+	aliceWS.send(map[string]any{"type": "session.open", "sessionId": "x"})
+	aliceWS.until("error")
+	bobWS.send(map[string]any{"type": "session.open", "sessionId": "x"})
+	bobWS.until("error")
+
+	users, err := AdminListUsers(ctx, dir)
+	require.NoError(t, err)
+	require.Len(t, users, 2)
+	assert.Equal(t, "alice", users[0].Name)
+	assert.True(t, users[0].Active)
+
+	rot, err := AdminRotateToken(ctx, dir, "Alice")
+	require.NoError(t, err)
+	assert.Equal(t, alice.ID, rot.ID)
+	status, _, _ := e.do("GET", "/api/me", oldTok, nil)
+	assert.Equal(t, 401, status, "the old token stops working at once")
+	status, _, _ = e.do("GET", "/api/me", rot.Token, nil)
+	assert.Equal(t, 200, status)
+	aliceWS.waitClosed(t, 10*time.Second)
+	bobWS.send(map[string]any{"type": "session.open", "sessionId": "x"})
+	assert.Equal(t, "error", bobWS.next()["type"], "other users' connections stay up")
+
+	link, err := AdminLoginLink(ctx, dir, "alice")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(link.URL, e.srv.cfg.PublicURL+"/login?code="), link.URL)
+	assert.False(t, link.ExpiresAt.IsZero())
+
+	newWS := e.mustWS(rot.Token)
+	newWS.send(map[string]any{"type": "session.open", "sessionId": "x"})
+	newWS.until("error")
+	_, err = AdminRevokeUser(ctx, dir, "alice")
+	require.NoError(t, err)
+	newWS.waitClosed(t, 10*time.Second)
+	status, _, _ = e.do("GET", "/api/me", rot.Token, nil)
+	assert.Equal(t, 401, status)
+	_, err = AdminLoginLink(ctx, dir, "alice")
+	require.ErrorIs(t, err, store.ErrRevoked)
+	users, err = AdminListUsers(ctx, dir)
+	require.NoError(t, err)
+	assert.False(t, users[0].Active)
+
+	_, err = AdminRotateToken(ctx, dir, "carol")
+	require.ErrorIs(t, err, store.ErrNotFound)
+	assert.Equal(t, `no user named "carol"`, err.Error())
+	_, err = AdminAddUser(ctx, dir, "BOB")
+	require.ErrorIs(t, err, store.ErrConflict)
+	assert.Equal(t, `user name "BOB" is already taken`, err.Error())
+}
+
+// TestAdminBackup copies the database through the socket while it is in use and opens the copy.
+func TestAdminBackup(t *testing.T) {
+	e := newEnv(t)
+	cancel, done := startAdmin(t, e)
+	defer func() { cancel(); <-done }()
+	u, _ := e.user("alice")
+	s := e.session(u, "kept")
+	var buf bytes.Buffer
+	n, err := AdminBackup(context.Background(), e.srv.cfg.DataDir, &buf)
+	require.NoError(t, err)
+	assert.Equal(t, int64(buf.Len()), n)
+	path := filepath.Join(t.TempDir(), "copy.db")
+	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o600))
+	cp, err := store.Open(path, store.Options{})
+	require.NoError(t, err)
+	defer cp.Close()
+	got, err := cp.GetSession(context.Background(), s.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "kept", got.Title)
 }

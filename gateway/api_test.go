@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/url"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -167,104 +165,12 @@ func TestUnknownAPIRoute(t *testing.T) {
 	assert.JSONEq(t, `{"error":{"code":"not_found","message":"not found"}}`, body)
 }
 
-func TestLoginFlow(t *testing.T) {
-	e := newEnv(t)
-	_, tok := e.user("alice")
-
-	status, _, body := e.do("GET", "/", "", nil)
-	assert.Equal(t, http.StatusOK, status)
-	assert.NotContains(t, body, "alice", "logged-out visitors get the login page")
-
-	// Bad token in the query → login page with an error, 401, no cookie.
-	resp, err := noRedirect.Get(e.ts.URL + "/?token=wrong")
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-	assert.Empty(t, resp.Cookies())
-
-	// Good token in the query → cookie + 303 to /.
-	resp, err = noRedirect.Get(e.ts.URL + "/?token=" + url.QueryEscape(tok))
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	assert.Equal(t, "/", resp.Header.Get("Location"))
-	require.Len(t, resp.Cookies(), 1)
-	ck := resp.Cookies()[0]
-	assert.Equal(t, CookieName, ck.Name)
-	assert.Equal(t, tok, ck.Value)
-	assert.True(t, ck.HttpOnly)
-	assert.Equal(t, http.SameSiteStrictMode, ck.SameSite)
-	assert.Equal(t, "/", ck.Path)
-
-	// POST /login with the form field.
-	resp, err = noRedirect.PostForm(e.ts.URL+"/login", url.Values{"token": {tok}})
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Len(t, resp.Cookies(), 1)
-	resp, err = noRedirect.PostForm(e.ts.URL+"/login", url.Values{"token": {"nope"}})
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-
-	// The cookie authenticates the app shell and the API.
-	req, _ := http.NewRequest("GET", e.ts.URL+"/", nil)
-	req.AddCookie(ck)
-	resp, err = noRedirect.Do(req)
-	require.NoError(t, err)
-	b := readAll(t, resp)
-	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.Contains(t, b, "alice", "the app shell names the user")
-	req, _ = http.NewRequest("GET", e.ts.URL+"/api/me", nil)
-	req.AddCookie(ck)
-	resp, err = noRedirect.Do(req)
-	require.NoError(t, err)
-	readAll(t, resp)
-	assert.Equal(t, http.StatusOK, resp.StatusCode)
-
-	// Logout clears the cookie.
-	resp, err = noRedirect.Post(e.ts.URL+"/logout", "", nil)
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Len(t, resp.Cookies(), 1)
-	assert.Equal(t, "", resp.Cookies()[0].Value)
-	assert.True(t, resp.Cookies()[0].MaxAge < 0)
-}
-
 func readAll(t *testing.T, resp *http.Response) string {
 	t.Helper()
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
-}
-
-func TestEnsureLocalUser(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	link, err := e.srv.EnsureLocalUser(ctx)
-	require.NoError(t, err)
-	require.True(t, strings.HasPrefix(link, e.srv.cfg.PublicURL+"/?token="), link)
-	u, err := url.Parse(link)
-	require.NoError(t, err)
-	usr, err := e.st.UserByToken(ctx, u.Query().Get("token"))
-	require.NoError(t, err)
-	assert.Equal(t, "local", usr.Name)
-
-	// The printed URL logs in.
-	resp, err := noRedirect.Get(e.ts.URL + "/?" + u.RawQuery)
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
-
-	// Second start: users exist → nothing to do.
-	link, err = e.srv.EnsureLocalUser(ctx)
-	require.NoError(t, err)
-	assert.Empty(t, link)
-	n, err := e.st.CountUsers(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, 1, n)
 }
 
 func TestEnsureLocalUserNotLoopback(t *testing.T) {

@@ -263,7 +263,7 @@ func TestBrowserXSSInert(t *testing.T) {
 	browser := newBrowser(t)
 	tb := newTab(t, browser, false)
 	tb.do(t, 15*time.Second,
-		chromedp.Navigate(stack.URL+"/?token="+stack.Token), // the token link logs in and redirects to /
+		chromedp.Navigate(stack.loginLink(t)), // a one-time login link logs in and moves on to /
 		chromedp.WaitVisible(chromedp.CSS("#input")),
 		chromedp.Navigate(stack.URL+"/#s="+sess.ID),
 	)
@@ -301,7 +301,7 @@ func TestBrowserCancelAndFailure(t *testing.T) {
 	browser := newBrowser(t)
 	tb := newTab(t, browser, false)
 	tb.do(t, 15*time.Second,
-		chromedp.Navigate(stack.URL+"/?token="+stack.Token),
+		chromedp.Navigate(stack.loginLink(t)),
 		chromedp.WaitVisible(chromedp.CSS("#input")),
 	)
 	waitJS(t, tb, 10*time.Second, `document.getElementById('conn').textContent === '已连接'`, "websocket connects")
@@ -348,7 +348,7 @@ func TestBrowserSecondTabFollowsRun(t *testing.T) {
 	browser := newBrowser(t)
 	a, b := newTab(t, browser, false), newTab(t, browser, false)
 	for _, tb := range []*tab{a, b} {
-		tb.do(t, 15*time.Second, chromedp.Navigate(stack.URL+"/?token="+stack.Token), chromedp.WaitVisible(chromedp.CSS("#input")))
+		tb.do(t, 15*time.Second, chromedp.Navigate(stack.loginLink(t)), chromedp.WaitVisible(chromedp.CSS("#input")))
 		waitJS(t, tb, 10*time.Second, `document.getElementById('conn').textContent === '已连接'`, "websocket connects")
 	}
 	answered := func(n int) string {

@@ -156,6 +156,7 @@ func (s *Server) routes() (_ http.Handler, err error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.handleIndex)
 	mux.HandleFunc("POST /login", s.handleLogin)
+	mux.HandleFunc("GET "+LoginPath, s.handleLoginCode)
 	mux.HandleFunc("POST /logout", s.handleLogout)
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
