@@ -186,6 +186,22 @@ func NewLinkFilter(allow func(string) bool) *LinkFilter {
 // Push takes the next chunk and returns the text that can be shown now.
 func (f *LinkFilter) Push(chunk string) string {
 	s := f.s
+	// Fast path for most deltas: with nothing held back, in the middle of a line, a chunk without
+	// any byte that can start a decision (or, in a code line, without a newline) passes unchanged.
+	if len(s.buf) == 0 && !s.st.atLineStart && len(chunk) > 0 && !s.collect {
+		pass := false
+		if s.st.lineCode {
+			pass = strings.IndexByte(chunk, '\n') < 0
+		} else {
+			pass = !strings.ContainsFunc(chunk, func(r rune) bool { return r < 0x80 && special[r] })
+		}
+		if pass {
+			last := chunk[len(chunk)-1]
+			s.st.prev, s.lastOut = last, last
+			s.base += len(chunk)
+			return chunk
+		}
+	}
 	s.buf = append(s.buf, chunk...)
 	s.run(false)
 	return f.take()
