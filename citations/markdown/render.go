@@ -48,8 +48,9 @@ type Rendered struct {
 	Hidden int
 	// Cited are the citations the sources section lists: those a superscript points to.
 	Cited []citations.Citation
-	// Degraded reports that emphasis was not parsed because the answer holds more emphasis
-	// delimiters than the render budget allows (see emphasisBudget).
+	// Degraded reports that the answer exceeded a render bound: too many emphasis delimiters
+	// (rendered without emphasis parsing, see emphasisBudget) or too many brackets or nesting
+	// levels (rendered as text with superscripts, see maxBrackets and maxNesting).
 	Degraded bool
 }
 
@@ -195,6 +196,10 @@ func renderBody(content string, cits []citations.Citation, opt Options) (out Ren
 	st := &renderState{valid: valid, anchor: opt.anchor(), allow: allow}
 	pc := parser.NewContext()
 	pc.Set(stateKey, st)
+	if needsPlain(content) {
+		html, hidden := hideTextURLs(policy.Sanitize(renderPlain(content, st)), allow)
+		return Rendered{HTML: html, Hidden: st.hidden + hidden, Cited: st.cited, Degraded: true}
+	}
 	conv := md
 	if overEmphasisBudget(content) {
 		conv, out.Degraded = mdNoEmphasis, true

@@ -295,6 +295,8 @@ func FuzzRender(f *testing.F) {
 	f.Add("[x [^1^]](https://a/[^1^])", "", "https://www.a.example/p")
 	// Issue 7 point 9: pathological emphasis (over the budget, rendered without emphasis parsing).
 	f.Add(strings.Repeat("_a**", 2000)+"[^1^]", "t", "https://a.example/")
+	f.Add(strings.Repeat("[a](", 900)+"[^1^] https://evil.example/", "t", "https://a.example/")
+	f.Add(strings.Repeat("> ", 40)+"[^1^] <script>", "t", "https://a.example/")
 	f.Add("[官网](https://evil.example) https://ok.example/a。http[s](x)://evil.example ![i](https://evil.example/i)", "t", "https://a.example/")
 	allow := citations.AllowList([]string{"https://ok.example/a"})
 	f.Fuzz(func(t *testing.T, content, title, u string) {
@@ -315,7 +317,5 @@ func BenchmarkRender(b *testing.B) {
 	cits := []citations.Citation{cite(2, "https://kb.example.com/invoice/void", "发票作废与重开"), cite(5, "https://www.chinatax.gov.cn/red-invoice?id=7", "红字发票开具流程")}
 	b.ReportAllocs()
 	b.SetBytes(int64(len(content)))
-	for b.Loop() {
-		_ = Render(content, cits, Options{Anchor: "m1", MessageID: 1})
-	}
+	loopCPU(b, func() { _ = Render(content, cits, Options{Anchor: "m1", MessageID: 1}) })
 }

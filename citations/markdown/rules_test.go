@@ -193,3 +193,30 @@ func assertOnlyAllowedURLs(t *testing.T, out string, allow func(string) bool, ci
 		t.Fatalf("output shows %d unverified URLs as text: %s", n, out)
 	}
 }
+
+// TestPlainFallback: inputs goldmark parses in more than linear time (thousands of brackets, deep
+// nesting) render as text with superscripts, the link rule and sanitising intact.
+func TestPlainFallback(t *testing.T) {
+	cits := []citations.Citation{cite(1, "https://a.example/", "A"), cite(2, "https://b.example/", "B")}
+	for name, content := range map[string]string{
+		"brackets": strings.Repeat("[a](", 2000) + "结论[^1^] `[^2^]` https://evil.example/x <b>",
+		"nesting":  strings.Repeat("> ", 40) + "结论[^1^] `[^2^]` https://evil.example/x <b>",
+		"lists":    strings.Repeat("1. ", 40) + "结论[^1^] `[^2^]` https://evil.example/x <b>",
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := RenderAnswer(content, cits, Options{Anchor: "p"})
+			assert.True(t, r.Degraded)
+			assertSafe(t, r.HTML)
+			assert.Equal(t, []int{1}, superscripts(r.HTML))
+			require.Len(t, r.Cited, 1)
+			assert.Equal(t, 1, r.Hidden)
+			assert.NotContains(t, r.HTML, "evil")
+			assert.Contains(t, r.HTML, "&lt;b&gt;")
+			assert.Contains(t, r.HTML, `<li id="p-src-1"`)
+		})
+	}
+	assert.False(t, needsPlain(normalAnswer()))
+	assert.False(t, needsPlain(strings.Repeat("引用[^1^][^2^] [链接](https://a.example/) ", 700)))
+	assert.Equal(t, 3, containerDepth("> - 1. text"))
+	assert.Equal(t, 0, containerDepth("-1 text"))
+}
