@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -585,4 +586,37 @@ func TestFetchLiveForms(t *testing.T) {
 		assert.Contains(t, live.Passages, line, "every line of a passage is a line (or a cut line) of the page's passages")
 	}
 	assert.True(t, strings.HasPrefix(live.Full, "年假"), live.Full[:40])
+}
+
+// BenchmarkExtractHTML compares the tree-based extraction of an ordinary article (the baseline)
+// with the tokenizer fallback on the same page and on a page too deep for the tree builder.
+func BenchmarkExtractHTML(b *testing.B) {
+	article, err := os.ReadFile("testdata/article.html")
+	require.NoError(b, err)
+	deep := deepPage(5000)
+	u, _ := url.Parse("https://example.com/a")
+	b.Run("tree/article", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			extractHTML(string(article), u, false)
+		}
+	})
+	b.Run("tokenizer/article", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			tokenText(string(article))
+		}
+	})
+	b.Run("tokenizer/deep-5000", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			tokenText(deep)
+		}
+	})
+	b.Run("fallback/deep-5000", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			extractHTML(deep, u, false)
+		}
+	})
 }
