@@ -40,8 +40,18 @@ type Config struct {
 	// in the forms the tools extract at retrieval time (see LivePage). Nil makes recheck answer 503
 	// unavailable.
 	Fetch func(ctx context.Context, url string) (LivePage, error)
-	// Webhooks are channel webhook routes, mounted as given (path → handler).
+	// Webhooks are channel webhook routes, mounted as given (path → handler), each behind a body cap
+	// of WebhookBodyLimit bytes.
 	Webhooks map[string]http.Handler
+	// WebhookBodyLimit caps a webhook request body; past it the body reader fails and the channel
+	// answers its rejection. Default 1 MiB (platform events are a few kilobytes).
+	WebhookBodyLimit int64
+	// ReadHeaderTimeout bounds how long a client may take to send a request's headers; default 10 s.
+	ReadHeaderTimeout time.Duration
+	// BodyReadTimeout bounds how long a client may take to send a request body, on every route; a
+	// body that arrives slower is cut and the connection closed. A websocket, once upgraded, keeps
+	// its own keepalive deadlines instead. Default 30 s.
+	BodyReadTimeout time.Duration
 	// ChatRatePerMinute limits chat.send per user; default 20 with a burst of 5.
 	ChatRatePerMinute int
 	// MaxConnsPerUser caps a user's open websocket connections; past it an upgrade is refused
@@ -96,6 +106,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.ChatRatePerMinute <= 0 {
 		cfg.ChatRatePerMinute = 20
+	}
+	if cfg.WebhookBodyLimit <= 0 {
+		cfg.WebhookBodyLimit = defaultWebhookBodyLimit
+	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = defaultReadHeaderTimeout
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = defaultBodyReadTimeout
 	}
 	if cfg.PublicURL == "" {
 		if cfg.Addr == "" {
@@ -183,9 +202,9 @@ func (s *Server) routes() (_ http.Handler, err error) {
 		if !strings.HasPrefix(path, "/") || h == nil {
 			return nil, fmt.Errorf("gateway: webhook route %q: need an absolute path and a handler", path)
 		}
-		mux.Handle(path, h)
+		mux.Handle(path, http.MaxBytesHandler(h, s.cfg.WebhookBodyLimit))
 	}
-	return securityHeaders(mux), nil
+	return securityHeaders(bodyDeadline(mux, s.cfg.BodyReadTimeout)), nil
 }
 
 // securityHeaders adds the headers no page of ours should go without: no framing (a meta CSP cannot
@@ -206,7 +225,7 @@ func securityHeaders(next http.Handler) http.Handler {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
