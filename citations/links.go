@@ -66,7 +66,7 @@ func (s *LinkSet) addJSON(v any, depth int) {
 // addURLsIn collects URLs with the scanner's URL rules, ignoring markdown structure: in a tool
 // result, a URL inside code is as much seen as one outside.
 func (s *LinkSet) addURLsIn(text string) {
-	if !strings.Contains(text, "://") && !containsFold(text, "www.") {
+	if !strings.Contains(text, "://") && !containsWWW(text) {
 		return
 	}
 	b := []byte(text)
@@ -104,8 +104,19 @@ func (s *LinkSet) addURLsIn(text string) {
 	}
 }
 
-func containsFold(s, sub string) bool {
-	return strings.Contains(strings.ToLower(s), sub)
+// containsWWW reports whether s holds "www." in any letter case (a dot after three w or W).
+func containsWWW(s string) bool {
+	for i := 0; ; {
+		k := strings.IndexByte(s[i:], '.')
+		if k < 0 {
+			return false
+		}
+		i += k
+		if i >= 3 && s[i-3]|0x20 == 'w' && s[i-2]|0x20 == 'w' && s[i-1]|0x20 == 'w' {
+			return true
+		}
+		i++
+	}
 }
 
 // Allows reports whether u, normalised, is in the set.
@@ -142,7 +153,7 @@ func AllowList(urls []string) func(string) bool {
 // an autolink '<', a bare URL "://" or "www.". Texts without them pass through unchanged.
 func mayHoldLink(text string) bool {
 	return strings.Contains(text, "://") || strings.Contains(text, "](") || strings.IndexByte(text, '<') >= 0 ||
-		containsFold(text, "www.")
+		containsWWW(text)
 }
 
 // FilterLinks applies the link rule outside code to a whole text: a markdown link or image whose
@@ -294,7 +305,7 @@ func MarkersOutsideCode(text string) []Marker {
 // use it on the text of their HTML output, after markdown has been interpreted, so that text that
 // only reads as a URL once rendered ("http[s](x)://…", "https&#58;//…") is caught too.
 func FilterBareURLs(text string, allow func(string) bool) (string, int) {
-	if !strings.Contains(text, "://") && !containsFold(text, "www.") {
+	if !strings.Contains(text, "://") && !containsWWW(text) {
 		return text, 0
 	}
 	s := newScanner(allow)
