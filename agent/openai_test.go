@@ -484,3 +484,61 @@ func TestProvidersDoc(t *testing.T) {
 		assert.True(t, seen[host], "no tested example for %s", host)
 	}
 }
+
+// TestProviderRunThroughAgent runs a whole turn through the agent loop and the real store on two
+// recorded Qwen streams: a tool round (qwen-plus-tools.http) and a thinking answer
+// (qwen3-thinking.http). The rounds come from two recordings, so the replay does not check the
+// model name. The answer cites the tool's source, and no reasoning text is stored anywhere.
+func TestProviderRunThroughAgent(t *testing.T) {
+	rounds := []providerFixture{loadProviderFixture(t, "qwen-plus-tools.http"), loadProviderFixture(t, "qwen3-thinking.http")}
+	var mu sync.Mutex
+	next := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		i := next
+		next++
+		mu.Unlock()
+		if i >= len(rounds) || r.URL.Path != "/compatible-mode/v1/chat/completions" {
+			http.Error(w, `{"error":{"message":"unexpected request"}}`, http.StatusTeapot)
+			return
+		}
+		fx := rounds[i]
+		for k, v := range fx.resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(fx.resp.StatusCode)
+		for _, ev := range strings.SplitAfter(string(fx.body), "\n\n") {
+			_, _ = io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	m, err := NewOpenAI(OpenAIConfig{BaseURL: srv.URL + "/compatible-mode/v1", Model: "qwen-plus", MaxRetries: -1, Logger: testLogger(t)})
+	require.NoError(t, err)
+	search, calls := searchTool(hit{"年假制度", "https://kb.example.com/kb/annual-leave", "当年未休完的年假可顺延至次年 3 月 31 日前使用，逾期作废。"})
+	st := openStore(t)
+	sid := newSession(t, st)
+	var rec recorder
+	a := newAgent(t, Config{Store: st, Model: m, Tools: []Tool{search}})
+	out := run(t, a, sid, "年假没休完可以顺延吗？", rec.sink)
+	require.Equal(t, store.PhaseCompleted, out.Phase, out.Error)
+	assert.Equal(t, 1, *calls)
+	assert.Equal(t, "当年未休完的年假可顺延至次年 3 月 31 日前使用。[^1^]", out.Content)
+	require.Len(t, out.Citations, 1)
+	assert.Equal(t, "https://kb.example.com/kb/annual-leave", out.Citations[0].URL)
+
+	msgs, err := st.ListMessages(context.Background(), sid)
+	require.NoError(t, err)
+	for _, msg := range msgs {
+		for _, r := range rounds[1].reasoning() {
+			assert.NotContains(t, msg.Content, r, "reasoning stored in a %s message", msg.Role)
+		}
+	}
+	for _, ev := range rec.all() {
+		if ev.Type == EventAnswerDelta {
+			for _, r := range rounds[1].reasoning() {
+				assert.NotContains(t, ev.Text, r)
+			}
+		}
+	}
+}

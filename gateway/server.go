@@ -63,8 +63,8 @@ type Config struct {
 	// Registry receives the gateway's metrics and is exposed at /metrics; nil → a new one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
-	// Now is the clock. Part of the contract for time-dependent behaviour; today every time the
-	// gateway shows comes from the store or the agent, so it is not consulted yet.
+	// Now is the clock. Part of the contract for time-dependent behaviour; the preview recheck
+	// stamps its checkedAt with it.
 	Now func() time.Time
 }
 
