@@ -1,7 +1,8 @@
-// Package channels joins chat platforms (Feishu/Lark, DingTalk, WeChat) to the agent. Each platform
-// lives in its own subpackage behind the Channel interface; the Dispatcher in this package owns what
-// is common: durable dedup, sessions per conversation, per-session FIFO, chat commands, and the reply
-// stream that strips every citation marker before a byte reaches a platform.
+// Package channels defines the interface between chat platforms (Feishu/Lark, DingTalk, WeChat) and
+// the gateway. Each platform lives in its own subpackage behind the Channel interface and only moves
+// messages: it imports neither the agent nor the store. What is common — durable dedup, sessions per
+// conversation, chat commands, reply queues, and making every outbound text safe (no citation
+// marker, no unverified link) — is the gateway's Dispatcher.
 package channels
 
 import (
@@ -32,7 +33,7 @@ type Handler interface {
 }
 
 // Reply is the outbound stream of one answer. The dispatcher calls Start once, then Update any number
-// of times with the full marker-free text so far (each extending the previous one, at most
+// of times with the full safe text so far (no marker, no unverified link) (each extending the previous one, at most
 // Limits.UpdatesPerSecond), then exactly one of Finish or Fail. Implementations split or truncate to
 // the platform's limits with a visible note.
 type Reply interface {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ type metrics struct {
 	wsClients       prometheus.Gauge
 	wsDropped       prometheus.Counter
 	storeErrors     *prometheus.CounterVec // op
+	linksHidden     *prometheus.CounterVec // model, channel
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -60,5 +62,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.markers.WithLabelValues(r)
 	}
 	m.storeErrors.WithLabelValues("ping")
+	var err error
+	if m.linksHidden, err = linksHiddenCounter(reg); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// linksHiddenCounter returns citegate_links_hidden_total registered on reg, or the collector
+// already registered there under that name (the gateway and the dispatcher share one registry in
+// serve, and both may count). A nil reg gives an unregistered counter.
+func linksHiddenCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "citegate_links_hidden_total",
+		Help: "Unverified links hidden from answers (link rule, DESIGN §4), by model and channel.",
+	}, []string{"model", "channel"})
+	if reg == nil {
+		return c, nil
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing, nil
+			}
+		}
+		return nil, fmt.Errorf("gateway: register links hidden counter: %w", err)
+	}
+	return c, nil
 }

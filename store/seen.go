@@ -79,3 +79,15 @@ func expired(v []byte, now time.Time) bool {
 	}
 	return int64(binary.BigEndian.Uint64(v)) <= now.UnixNano()
 }
+
+// UnmarkSeen forgets a message key recorded by MarkSeen, so that a redelivery of the message is
+// processed. The dispatcher calls it when a message it marked could not be queued. Forgetting a
+// key that is not there is not an error.
+func (s *Store) UnmarkSeen(ctx context.Context, key string) error {
+	if key == "" {
+		return fmt.Errorf("store: unmark seen: %w: empty key", ErrInvalid)
+	}
+	return s.update(ctx, "unmark seen", func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSeen).Delete([]byte(key))
+	})
+}

@@ -109,3 +109,22 @@ func TestMarkSeenConcurrentExactlyOnce(t *testing.T) {
 	}
 	checkConsistency(t, s)
 }
+
+// TestUnmarkSeen: a forgotten key is new again (a redelivery is processed); forgetting a key that
+// is not there is fine; an empty key is refused.
+func TestUnmarkSeen(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	first, err := s.MarkSeen(ctx, "msg:rec:1", time.Hour)
+	require.NoError(t, err)
+	require.True(t, first)
+	require.NoError(t, s.UnmarkSeen(ctx, "msg:rec:1"))
+	again, err := s.MarkSeen(ctx, "msg:rec:1", time.Hour)
+	require.NoError(t, err)
+	assert.True(t, again, "after UnmarkSeen the key is new")
+	dup, err := s.MarkSeen(ctx, "msg:rec:1", time.Hour)
+	require.NoError(t, err)
+	assert.False(t, dup)
+	require.NoError(t, s.UnmarkSeen(ctx, "msg:rec:never"))
+	assert.ErrorIs(t, s.UnmarkSeen(ctx, ""), ErrInvalid)
+}

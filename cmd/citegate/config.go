@@ -19,8 +19,11 @@ type Config struct {
 	Data      string `yaml:"data"`
 	Addr      string `yaml:"addr"`
 	PublicURL string `yaml:"public_url"`
-	LogLevel  string `yaml:"log_level"`
-	Lang      string `yaml:"lang"`
+	// PublicURLSet: the public URL was configured rather than defaulted from addr (chat /share
+	// links are handed out only then).
+	PublicURLSet bool   `yaml:"-"`
+	LogLevel     string `yaml:"log_level"`
+	Lang         string `yaml:"lang"`
 
 	LLM struct {
 		BaseURL string `yaml:"base_url"`
@@ -113,6 +116,7 @@ func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
 	}
 	c.Data = first(v.data, getenv("CITEGATE_DATA"), c.Data, "./data")
 	c.Addr = first(v.addr, getenv("CITEGATE_ADDR"), c.Addr, "127.0.0.1:8080")
+	c.PublicURLSet = first(v.publicURL, getenv("CITEGATE_PUBLIC_URL"), c.PublicURL) != ""
 	c.PublicURL = strings.TrimRight(first(v.publicURL, getenv("CITEGATE_PUBLIC_URL"), c.PublicURL, "http://"+c.Addr), "/")
 	c.LLM.BaseURL = first(v.llmBaseURL, getenv("CITEGATE_LLM_BASE_URL"), c.LLM.BaseURL)
 	c.LLM.Model = first(v.llmModel, getenv("CITEGATE_LLM_MODEL"), c.LLM.Model)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/channels/dingtalk"
 	"github.com/citegate/citegate/channels/feishu"
@@ -44,15 +46,27 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if err != nil {
 		return err
 	}
-	defer closeAgent(cr.Agent, log)
-
-	disp := channels.NewDispatcher(channels.DispatcherConfig{
-		Store: st, Agent: cr.Agent, PublicURL: cfg.PublicURL, SourcesFooter: cfg.Channels.SourcesFooter, Logger: log,
+	reg := prometheus.NewRegistry()
+	// /share hands out links only when the operator said how the server is reached from outside;
+	// the default (http://<addr>) is a loopback address more often than not.
+	sharePublicURL := ""
+	if cfg.PublicURLSet {
+		sharePublicURL = cfg.PublicURL
+	}
+	disp, err := gateway.NewDispatcher(gateway.DispatcherConfig{
+		Store: st, Agent: cr.Agent, PublicURL: sharePublicURL, SourcesFooter: cfg.Channels.SourcesFooter,
+		Registerer: reg, Logger: log,
 	})
+	if err != nil {
+		closeAgent(cr.Agent, log)
+		return err
+	}
+	// One shutdown order for every exit path (gateway.Shutdown): replies end with their terminal
+	// state, runs are marked, then the store closes (deferred above).
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = disp.Close(ctx)
+		if err := gateway.Shutdown(context.Background(), cr.Agent, disp); err != nil {
+			log.Warn("shutdown did not finish cleanly", "err", err)
+		}
 	}()
 	chans, err := buildChannels(cfg, log)
 	if err != nil {
@@ -81,6 +95,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		},
 		Webhooks:          webhooks,
 		ChatRatePerMinute: cfg.ChatPerMinute,
+		Registry:          reg,
 		Logger:            log,
 	})
 	if err != nil {

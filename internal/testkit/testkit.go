@@ -15,7 +15,7 @@ import (
 
 	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/agent/tools"
-	"github.com/citegate/citegate/channels"
+	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/store"
 )
 
@@ -24,6 +24,9 @@ type StackOptions struct {
 	Model         agent.Model // nil → agent.NewExtractive()
 	SourcesFooter bool
 	PublicURL     string // default "http://127.0.0.1:8080"
+	// NoShareURL starts the dispatcher as serve does when --public-url is not set: /share then
+	// says that sharing needs it.
+	NoShareURL bool
 	Logger        *slog.Logger
 }
 
@@ -31,7 +34,7 @@ type StackOptions struct {
 type Stack struct {
 	Store      *store.Store
 	Agent      *agent.Agent
-	Dispatcher *channels.Dispatcher
+	Dispatcher *gateway.Dispatcher
 	Corpus     *tools.Corpus
 	DataPath   string
 
@@ -78,22 +81,26 @@ func (s *Stack) start(t testing.TB) {
 		t.Fatalf("testkit: new agent: %v", err)
 	}
 	s.Store, s.Agent = st, ag
-	s.Dispatcher = channels.NewDispatcher(channels.DispatcherConfig{
-		Store: st, Agent: ag, PublicURL: s.opt.PublicURL, SourcesFooter: s.opt.SourcesFooter, Logger: s.opt.Logger,
+	shareURL := s.opt.PublicURL
+	if s.opt.NoShareURL {
+		shareURL = ""
+	}
+	d, err := gateway.NewDispatcher(gateway.DispatcherConfig{
+		Store: st, Agent: ag, PublicURL: shareURL, SourcesFooter: s.opt.SourcesFooter, Logger: s.opt.Logger,
 	})
+	if err != nil {
+		t.Fatalf("testkit: new dispatcher: %v", err)
+	}
+	s.Dispatcher = d
 }
 
 func (s *Stack) stop(t testing.TB) {
 	if s.Store == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.Agent.Close(ctx); err != nil {
-		t.Errorf("testkit: close agent: %v", err)
-	}
-	if err := s.Dispatcher.Close(ctx); err != nil {
-		t.Errorf("testkit: close dispatcher: %v", err)
+	// The same shutdown order as serve.
+	if err := gateway.Shutdown(context.Background(), s.Agent, s.Dispatcher); err != nil {
+		t.Errorf("testkit: shutdown: %v", err)
 	}
 	if err := s.Store.Close(); err != nil {
 		t.Errorf("testkit: close store: %v", err)

@@ -1,20 +1,24 @@
-package channels_test
+package gateway_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/internal/testkit"
 )
 
@@ -26,6 +30,7 @@ type recChannel struct {
 	mu      sync.Mutex
 	replies []*recReply
 	sends   []string
+	log     []string // every finish, fail and send in delivery order: "finish: text", "send: text"
 }
 
 type op struct {
@@ -54,6 +59,7 @@ func (c *recChannel) Send(ctx context.Context, m channels.Message, text string) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sends = append(c.sends, text)
+	c.log = append(c.log, "send: "+text)
 	return nil
 }
 
@@ -61,6 +67,9 @@ func (r *recReply) add(kind, text string) error {
 	r.ch.mu.Lock()
 	defer r.ch.mu.Unlock()
 	r.ops = append(r.ops, op{kind, text, time.Now()})
+	if kind == "finish" || kind == "fail" {
+		r.ch.log = append(r.ch.log, kind+": "+text)
+	}
 	return nil
 }
 func (r *recReply) Start(ctx context.Context) error               { return r.add("start", "") }
@@ -345,4 +354,119 @@ func TestDispatcherDeliversAnswersInOrder(t *testing.T) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	assert.Equal(t, []string{"o1", "o2"}, ch.finished)
+}
+
+func (c *recChannel) deliveries() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.log...)
+}
+
+// TestDispatcherStopNoticeFollowsTheStoppedAnswer: the /stop notice goes through the
+// conversation's reply queue, so it reaches the platform after the answer's own ending.
+func TestDispatcherStopNoticeFollowsTheStoppedAnswer(t *testing.T) {
+	model := testkit.NewScriptedModel(strings.Repeat("慢慢回答。", 200), []int{2})
+	model.Delay = 5 * time.Millisecond
+	st := testkit.NewStack(t, testkit.StackOptions{Model: model})
+	ch := &recChannel{rate: 0}
+	h := st.Dispatcher.Handler(ch)
+	ctx := context.Background()
+	h.HandleMessage(ctx, msg("s1", "第一个问题"))
+	// Wait until the run is answering (its reply started), then stop it.
+	require.Eventually(t, func() bool { r, _ := ch.snapshot(); return len(r) == 1 && len(r[0]) > 0 }, 30*time.Second, 5*time.Millisecond)
+	h.HandleMessage(ctx, msg("s2", "/stop"))
+	st.Wait(t)
+	got := ch.deliveries()
+	require.Len(t, got, 2, "%q", got)
+	assert.True(t, strings.HasPrefix(got[0], "finish: "), "%q", got)
+	assert.Contains(t, got[0], "（回答已停止）")
+	assert.Equal(t, "send: 已停止当前回答。", got[1])
+}
+
+// TestDispatcherRedeliveryAfterFailedSubmitRuns: a message marked seen whose submit then failed is
+// forgotten again, so the platform's redelivery runs it. The user is told in plain words.
+func TestDispatcherRedeliveryAfterFailedSubmitRuns(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{})
+	ch := &recChannel{rate: 0}
+	ctx := context.Background()
+	require.NoError(t, st.Agent.Close(ctx)) // every submit now fails (agent closed)
+	st.Dispatcher.Handler(ch).HandleMessage(ctx, msg("r1", "年假怎么申请？"))
+	st.Wait(t)
+	_, sends := ch.snapshot()
+	require.Len(t, sends, 1)
+	assert.Equal(t, "服务正在重启，请稍后重新发送这条消息。", sends[0])
+	assert.NotContains(t, sends[0], "agent:")
+	assert.Equal(t, 0, runCount(t, st, "rec:conv-1"))
+
+	st.Restart(t) // the server is back; the platform redelivers
+	st.Dispatcher.Handler(ch).HandleMessage(ctx, msg("r1", "年假怎么申请？"))
+	st.Wait(t)
+	assert.Equal(t, 1, runCount(t, st, "rec:conv-1"), "the redelivered message runs")
+	st.Dispatcher.Handler(ch).HandleMessage(ctx, msg("r1", "年假怎么申请？"))
+	st.Wait(t)
+	assert.Equal(t, 1, runCount(t, st, "rec:conv-1"), "once it ran, it is a duplicate again")
+}
+
+// TestDispatcherShareNeedsPublicURL: without a configured public URL, /share explains what is
+// missing instead of handing out a loopback link.
+func TestDispatcherShareNeedsPublicURL(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{NoShareURL: true})
+	ch := &recChannel{rate: 0}
+	h := st.Dispatcher.Handler(ch)
+	h.HandleMessage(context.Background(), msg("a1", "年假怎么申请？"))
+	h.HandleMessage(context.Background(), msg("a2", "/share"))
+	st.Wait(t)
+	_, sends := ch.snapshot()
+	require.NotEmpty(t, sends)
+	last := sends[len(sends)-1]
+	assert.Contains(t, last, "--public-url")
+	assert.NotContains(t, last, "127.0.0.1")
+	assert.NotContains(t, last, "/s/")
+}
+
+// TestDispatcherHidesUnverifiedLinks: the link rule applies to every byte a channel gets, streamed
+// and final: a URL the run never saw is hidden (link text kept, bare URL replaced by the notice),
+// the user's own URL stays, and the hidden links are counted per model and channel.
+func TestDispatcherHidesUnverifiedLinks(t *testing.T) {
+	answer := "见[官网](https://evil.example.com/login)和 https://evil.example.net/x 。您给的页面 https://user.example.org/page 已看过[^1^]。"
+	model := testkit.NewScriptedModel(answer, []int{1, 3, 7})
+	st := testkit.NewStack(t, testkit.StackOptions{Model: model})
+	reg := prometheus.NewRegistry()
+	d, err := gateway.NewDispatcher(gateway.DispatcherConfig{Store: st.Store, Agent: st.Agent, Registerer: reg,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close(context.Background()) })
+	ch := &recChannel{rate: 1000}
+	d.Handler(ch).HandleMessage(context.Background(), msg("l1", "请看 https://user.example.org/page 这个页面"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, d.Wait(ctx))
+
+	replies, _ := ch.snapshot()
+	require.Len(t, replies, 1)
+	ops := replies[0]
+	for _, o := range ops {
+		assert.NotContains(t, o.text, "evil.example", "%s %q", o.kind, o.text)
+		assertMarkerFree(t, o.text)
+	}
+	last := ops[len(ops)-1]
+	require.Equal(t, "finish", last.kind)
+	assert.Contains(t, last.text, "见官网和 "+citations.HiddenLinkNotice)
+	assert.Contains(t, last.text, "https://user.example.org/page")
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var hidden float64
+	for _, mf := range mfs {
+		if mf.GetName() == "citegate_links_hidden_total" {
+			for _, m := range mf.GetMetric() {
+				hidden += m.GetCounter().GetValue()
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				assert.Equal(t, map[string]string{"model": "scripted", "channel": "rec"}, labels)
+			}
+		}
+	}
+	assert.Equal(t, 2.0, hidden)
 }

@@ -1,0 +1,396 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/channels"
+	"github.com/citegate/citegate/store"
+)
+
+// DispatchAgent is the part of the agent the dispatcher drives; *agent.Agent satisfies it.
+type DispatchAgent interface {
+	Submit(ctx context.Context, t agent.Turn) (*agent.RunHandle, error)
+	Cancel(sessionID string) bool
+}
+
+// DispatchStore is the persistence the dispatcher needs; *store.Store satisfies it.
+type DispatchStore interface {
+	MarkSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
+	UnmarkSeen(ctx context.Context, key string) error
+	ConversationSession(ctx context.Context, key string) (string, error)
+	BindConversation(ctx context.Context, key, sessionID string) error
+	CreateSession(ctx context.Context, sess store.Session) (store.Session, error)
+	LastMessageID(ctx context.Context, sessionID string) (uint64, error)
+	ShareSession(ctx context.Context, sessionID, ownerID string, watermark uint64) (string, store.Share, bool, error)
+	GetMessage(ctx context.Context, id uint64) (store.Message, error)
+	ListMessages(ctx context.Context, sessionID string) ([]store.Message, error)
+}
+
+// DispatcherConfig configures a Dispatcher.
+type DispatcherConfig struct {
+	Store DispatchStore
+	Agent DispatchAgent
+	// PublicURL is the gateway's external base URL for /share links. Empty (the operator did not
+	// set --public-url) makes /share explain that sharing needs it, rather than hand a chat user a
+	// link to a loopback address.
+	PublicURL string
+	// SourcesFooter appends the verified sources (from the stored record) to final answers.
+	SourcesFooter bool
+	// DedupTTL is how long a platform message id is remembered; default 48h (platforms redeliver for
+	// up to ~6h, and DESIGN §6 asks for at least 24h).
+	DedupTTL time.Duration
+	// Registerer receives citegate_links_hidden_total; nil keeps the counter unregistered.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Dispatcher is the one inbound path from every chat channel into the agent, and the one place
+// where answer text is made safe for a channel (outbound.go): dedup by platform message id,
+// session per conversation, chat commands, and per-conversation reply queues.
+type Dispatcher struct {
+	cfg         DispatcherConfig
+	log         *slog.Logger
+	ctx         context.Context // lives as long as the dispatcher; replies outlive the inbound request
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	linksHidden *prometheus.CounterVec
+	// stopping is set when the server shuts down: runs cancelled from then on end their replies
+	// with the restart notice instead of the /stop one.
+	stopping atomic.Bool
+	// bindMu serialises creating and binding a conversation's session: webhook channels deliver
+	// concurrently, and two first messages must not each create a session of their own.
+	bindMu sync.Mutex
+	// qMu guards last: per conversation, the done channel of the newest reply job (an answer's
+	// reply pump or a notice). Each job waits for the previous one, so a conversation's answers and
+	// notices reach the platform in the order they were queued; qMu is held across Submit so that
+	// this order is also the order of the runs.
+	qMu  sync.Mutex
+	last map[string]chan struct{}
+}
+
+// NewDispatcher returns a dispatcher. Shut it down with Close.
+func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
+	if cfg.Store == nil || cfg.Agent == nil {
+		return nil, errors.New("gateway: dispatcher: Store and Agent are required")
+	}
+	if cfg.Logger == nil {
+		return nil, errors.New("gateway: dispatcher: Logger is required")
+	}
+	if cfg.DedupTTL <= 0 {
+		cfg.DedupTTL = 48 * time.Hour
+	}
+	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	lh, err := linksHiddenCounter(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Dispatcher{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, linksHidden: lh, last: make(map[string]chan struct{})}, nil
+}
+
+// Handler returns the Handler to pass to ch.Start.
+func (d *Dispatcher) Handler(ch channels.Channel) channels.Handler {
+	return channelHandler{d: d, ch: ch}
+}
+
+// Wait blocks until every queued reply and notice has been delivered or ctx ends.
+func (d *Dispatcher) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stopping marks the start of a shutdown: replies of runs cancelled from now on say that the
+// server is restarting. Call it before the agent cancels its runs.
+func (d *Dispatcher) Stopping() { d.stopping.Store(true) }
+
+// Close waits (bounded by ctx) for queued replies to be delivered — after the agent has closed,
+// each ends with its terminal text — and then cancels whatever is still in flight.
+func (d *Dispatcher) Close(ctx context.Context) error {
+	d.Stopping()
+	err := d.Wait(ctx)
+	d.cancel()
+	if err != nil {
+		return fmt.Errorf("gateway: dispatcher: replies still in flight: %w", err)
+	}
+	return nil
+}
+
+type channelHandler struct {
+	d  *Dispatcher
+	ch channels.Channel
+}
+
+func (h channelHandler) HandleMessage(ctx context.Context, m channels.Message) {
+	h.d.handle(ctx, h.ch, m)
+}
+
+// Chat commands.
+const (
+	cmdNew   = "/new"
+	cmdStop  = "/stop"
+	cmdShare = "/share"
+)
+
+// User-facing notices: plain words, never an internal error text (those go to the log).
+const (
+	noticeUnavailable = "服务暂时不可用，请稍后再试。"
+	noticeNewSession  = "已开始新的会话。"
+	noticeNewFailed   = "无法开始新会话，请稍后再试。"
+	noticeStopped     = "已停止当前回答。"
+	noticeNothingRuns = "当前没有正在进行的回答。"
+	noticeQueueFull   = "这个会话里等待回答的消息太多了，请等当前回答结束后再发送。"
+	noticeRestarting  = "服务正在重启，请稍后重新发送这条消息。"
+	noticeNotHandled  = "暂时无法处理这条消息，请稍后再试。"
+	noticeBadMessage  = "这条消息无法处理（内容为空或过长）。"
+	noticeNoShareURL  = "分享功能需要网关配置对外地址（--public-url / CITEGATE_PUBLIC_URL），请联系管理员。"
+	noticeNothingYet  = "当前会话还没有内容可分享。"
+	noticeShareFailed = "分享失败，请稍后再试。"
+)
+
+func (d *Dispatcher) handle(ctx context.Context, ch channels.Channel, m channels.Message) {
+	if m.Channel == "" {
+		m.Channel = ch.Name()
+	}
+	log := d.log.With("channel", m.Channel, "message_id", m.ID, "conversation", m.ConversationID)
+	if m.Group && !m.Mentioned {
+		log.Debug("group message without mention ignored")
+		return
+	}
+	if m.ID == "" || m.ConversationID == "" {
+		log.Warn("inbound message without id or conversation ignored")
+		return
+	}
+	convKey := m.Channel + ":" + m.ConversationID
+	// Record the platform id before anything runs: a redelivery (also after a restart) finds it.
+	seenKey := "msg:" + m.Channel + ":" + m.ID
+	first, err := d.cfg.Store.MarkSeen(ctx, seenKey, d.cfg.DedupTTL)
+	if err != nil {
+		log.Error("dedup store failed; message not processed", "err", err)
+		d.notice(ch, m, convKey, noticeUnavailable)
+		return
+	}
+	if !first {
+		log.Info("duplicate delivery ignored")
+		return
+	}
+	// unmark forgets the id again when the message could not be queued, so that the platform's
+	// redelivery runs it instead of being dropped as a duplicate.
+	unmark := func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := d.cfg.Store.UnmarkSeen(uctx, seenKey); err != nil {
+			log.Error("could not forget the message id; a redelivery will be ignored", "err", err)
+		}
+	}
+	text := strings.TrimSpace(m.Text)
+	if text == "" {
+		return
+	}
+	switch strings.ToLower(strings.Fields(text)[0]) {
+	case cmdNew:
+		if _, err := d.newSession(ctx, convKey, m); err != nil {
+			log.Error("new session failed", "err", err)
+			d.notice(ch, m, convKey, noticeNewFailed)
+			return
+		}
+		d.notice(ch, m, convKey, noticeNewSession)
+		return
+	case cmdStop:
+		sid, err := d.cfg.Store.ConversationSession(ctx, convKey)
+		// The notice is queued behind the answer being stopped, so it arrives after the
+		// answer's own "stopped" ending.
+		if err == nil && d.cfg.Agent.Cancel(sid) {
+			d.notice(ch, m, convKey, noticeStopped)
+		} else {
+			d.notice(ch, m, convKey, noticeNothingRuns)
+		}
+		return
+	case cmdShare:
+		d.notice(ch, m, convKey, d.share(ctx, convKey, log))
+		return
+	}
+
+	sid, err := d.sessionFor(ctx, convKey, m)
+	if err != nil {
+		log.Error("session lookup failed", "err", err)
+		unmark()
+		d.notice(ch, m, convKey, noticeUnavailable)
+		return
+	}
+	p := newPump(d, ch, m, log.With("session", sid))
+	// Submit here, synchronously, so that messages of one conversation keep their arrival order;
+	// the agent runs them one at a time and the reply is queued behind the conversation's
+	// previous job under the same lock.
+	d.qMu.Lock()
+	h, err := d.cfg.Agent.Submit(ctx, agent.Turn{SessionID: sid, Text: text, Channel: m.Channel, Sink: p.push})
+	if err != nil {
+		d.qMu.Unlock()
+		log.Error("submit failed", "err", err)
+		unmark()
+		d.notice(ch, m, convKey, submitNotice(err))
+		return
+	}
+	d.queueLocked(convKey, func(ctx context.Context) { p.run(ctx, h) })
+	d.qMu.Unlock()
+}
+
+// ownLink allows the gateway's own public links (share links) in notices.
+func (d *Dispatcher) ownLink(u string) bool {
+	return d.cfg.PublicURL != "" && strings.HasPrefix(u, d.cfg.PublicURL+"/")
+}
+
+// submitNotice says in plain words why a message was not taken.
+func submitNotice(err error) string {
+	switch {
+	case errors.Is(err, agent.ErrQueueFull):
+		return noticeQueueFull
+	case errors.Is(err, agent.ErrClosed):
+		return noticeRestarting
+	case errors.Is(err, agent.ErrBadTurn):
+		return noticeBadMessage
+	}
+	return noticeNotHandled
+}
+
+// queue appends a job to the conversation's reply queue.
+func (d *Dispatcher) queue(convKey string, job func(ctx context.Context)) {
+	d.qMu.Lock()
+	defer d.qMu.Unlock()
+	d.queueLocked(convKey, job)
+}
+
+// queueLocked appends a job to the conversation's reply queue; the caller holds qMu. The job runs
+// in a goroutine of its own once the previous job of the conversation is done.
+func (d *Dispatcher) queueLocked(convKey string, job func(ctx context.Context)) {
+	prev, done := d.last[convKey], make(chan struct{})
+	d.last[convKey] = done
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer func() {
+			close(done)
+			d.qMu.Lock()
+			if d.last[convKey] == done {
+				delete(d.last, convKey)
+			}
+			d.qMu.Unlock()
+		}()
+		defer func() {
+			if r := recover(); r != nil {
+				d.log.Error("reply job panicked", "conversation", convKey, "panic", fmt.Sprint(r))
+			}
+		}()
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-d.ctx.Done():
+				return
+			}
+		}
+		job(d.ctx)
+	}()
+}
+
+func (d *Dispatcher) sessionFor(ctx context.Context, convKey string, m channels.Message) (string, error) {
+	sid, err := d.cfg.Store.ConversationSession(ctx, convKey)
+	if err == nil {
+		return sid, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return "", err
+	}
+	d.bindMu.Lock()
+	defer d.bindMu.Unlock()
+	// Another message of the conversation may have created it while this one waited.
+	if sid, err := d.cfg.Store.ConversationSession(ctx, convKey); err == nil {
+		return sid, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return "", err
+	}
+	return d.createSession(ctx, convKey, m)
+}
+
+// newSession starts a fresh session for the conversation (/new).
+func (d *Dispatcher) newSession(ctx context.Context, convKey string, m channels.Message) (string, error) {
+	d.bindMu.Lock()
+	defer d.bindMu.Unlock()
+	return d.createSession(ctx, convKey, m)
+}
+
+// createSession creates a session and binds the conversation to it; the caller holds bindMu.
+func (d *Dispatcher) createSession(ctx context.Context, convKey string, m channels.Message) (string, error) {
+	title := m.SenderName
+	if m.Group {
+		title = "群聊 " + m.ConversationID
+	}
+	sess, err := d.cfg.Store.CreateSession(ctx, store.Session{UserID: convKey, Channel: m.Channel, Title: title})
+	if err != nil {
+		return "", fmt.Errorf("create session: %w", err)
+	}
+	if err := d.cfg.Store.BindConversation(ctx, convKey, sess.ID); err != nil {
+		return "", fmt.Errorf("bind conversation: %w", err)
+	}
+	return sess.ID, nil
+}
+
+func (d *Dispatcher) share(ctx context.Context, convKey string, log *slog.Logger) string {
+	if d.cfg.PublicURL == "" {
+		return noticeNoShareURL
+	}
+	sid, err := d.cfg.Store.ConversationSession(ctx, convKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return noticeNothingYet
+	}
+	if err != nil {
+		log.Error("share: session lookup failed", "err", err)
+		return noticeShareFailed
+	}
+	wm, err := d.cfg.Store.LastMessageID(ctx, sid)
+	if err != nil || wm == 0 {
+		return noticeNothingYet
+	}
+	token, _, _, err := d.cfg.Store.ShareSession(ctx, sid, convKey, wm)
+	if err != nil {
+		log.Error("share: create failed", "err", err)
+		return noticeShareFailed
+	}
+	return "只读分享链接（含到目前为止的对话）：" + d.cfg.PublicURL + "/s/" + token
+}
+
+// notice queues a one-off text behind the conversation's earlier replies, without holding up the
+// platform's ack.
+func (d *Dispatcher) notice(ch channels.Channel, m channels.Message, convKey, text string) {
+	d.queue(convKey, func(ctx context.Context) { d.send(ctx, ch, m, text) })
+}
+
+// send delivers a plain text; like every outbound text it is made safe first (no marker, no
+// unverified link: a notice allows none).
+func (d *Dispatcher) send(ctx context.Context, ch channels.Channel, m channels.Message, text string) {
+	safe, _ := safeFinal(text, d.ownLink)
+	d.sendSafe(ctx, ch, m, safe)
+}
+
+// sendSafe delivers a text that is already safe.
+func (d *Dispatcher) sendSafe(ctx context.Context, ch channels.Channel, m channels.Message, text string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := ch.Send(ctx, m, text); err != nil {
+		d.log.Warn("channel send failed", "channel", ch.Name(), "err", err)
+	}
+}
