@@ -27,7 +27,7 @@ type StackOptions struct {
 	// NoShareURL starts the dispatcher as serve does when --public-url is not set: /share then
 	// says that sharing needs it.
 	NoShareURL bool
-	Logger        *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Stack is a running offline citegate core.
