@@ -18,10 +18,12 @@ import (
 func cmdAsk(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := newFlagSet("ask", `citegate ask [flags] "question"`, stderr)
 	fv := registerFlags(fs)
-	if err := parse(fs, args); err != nil {
+	fv.logDefault = "warn"
+	pos, err := parse(fs, args)
+	if err != nil {
 		return err
 	}
-	question := strings.TrimSpace(strings.Join(fs.Args(), " "))
+	question := strings.TrimSpace(strings.Join(pos, " "))
 	if question == "" {
 		fmt.Fprintln(stderr, `citegate ask: a question is required, e.g. citegate ask "电子发票抬头写错了怎么办？"`)
 		return errUsage
@@ -30,7 +32,7 @@ func cmdAsk(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	if err != nil {
 		return err
 	}
-	log := newLogger(first(getenv("CITEGATE_LOG_LEVEL"), fv.logLevel, "warn"), stderr)
+	log := newLogger(cfg.LogLevel, stderr)
 
 	st, err := openStore(cfg, log, 300*time.Millisecond)
 	if errors.Is(err, store.ErrLocked) {

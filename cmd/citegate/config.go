@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-
-	"gopkg.in/yaml.v3"
 )
 
 // Config is everything citegate reads at start. Precedence: flag > environment > YAML file > default.
@@ -40,6 +37,10 @@ type Config struct {
 	MaxRounds     int    `yaml:"max_rounds"`
 
 	Channels ChannelsConfig `yaml:"channels"`
+
+	// src says where each enum-valued setting came from ("--search", "CITEGATE_SEARCH",
+	// "search (citegate.yaml line 4)"), so an error about its value points at the right place.
+	src map[string]string
 }
 
 // ChannelsConfig is the `channels:` section (DESIGN §5). Each key may also come from
@@ -77,6 +78,10 @@ type ChannelsConfig struct {
 // flagValues holds the raw flag values; empty means "not given".
 type flagValues struct {
 	config, data, addr, publicURL, llmBaseURL, llmModel, search, searxngURL, kb, fetchAllow, logLevel, lang string
+
+	// logDefault is the command's own default log level (serve: info; the one-shot commands: warn),
+	// used only when neither flag, environment nor file sets one.
+	logDefault string
 }
 
 // registerFlags adds the shared configuration flags of DESIGN §5 to fs. Secrets have no flags: they
@@ -98,21 +103,36 @@ func registerFlags(fs *flag.FlagSet) *flagValues {
 	return v
 }
 
-// loadConfig merges defaults, the YAML file, the environment and the flags.
+// loadConfig merges defaults, the YAML file, the environment and the flags, in that order of
+// increasing precedence, for every setting of every command.
 func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
 	var c Config
+	lines := map[string]int{}
 	path := first(v.config, getenv("CITEGATE_CONFIG"))
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return c, fmt.Errorf("config: %w", err)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		// An empty file is an empty config (io.EOF).
-		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-			return c, fmt.Errorf("config %s: %w", path, err)
+		if lines, err = decodeYAML(path, b, &c); err != nil {
+			return c, err
 		}
+	}
+	c.src = map[string]string{}
+	// pick applies the precedence rule to one enum-valued setting and remembers where the value
+	// came from.
+	pick := func(key, flagName, flagVal, envName, fileVal, def string) string {
+		switch {
+		case strings.TrimSpace(flagVal) != "":
+			c.src[key] = flagName
+		case strings.TrimSpace(getenv(envName)) != "":
+			c.src[key] = envName
+		case strings.TrimSpace(fileVal) != "":
+			c.src[key] = fmt.Sprintf("%s (%s line %d)", key, path, lines[key])
+		default:
+			c.src[key] = flagName
+		}
+		return strings.ToLower(first(flagVal, getenv(envName), fileVal, def))
 	}
 	c.Data = first(v.data, getenv("CITEGATE_DATA"), c.Data, "./data")
 	c.Addr = first(v.addr, getenv("CITEGATE_ADDR"), c.Addr, "127.0.0.1:8080")
@@ -121,13 +141,13 @@ func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
 	c.LLM.BaseURL = first(v.llmBaseURL, getenv("CITEGATE_LLM_BASE_URL"), c.LLM.BaseURL)
 	c.LLM.Model = first(v.llmModel, getenv("CITEGATE_LLM_MODEL"), c.LLM.Model)
 	c.LLM.APIKey = first(getenv("CITEGATE_LLM_API_KEY"), c.LLM.APIKey)
-	c.Search = strings.ToLower(first(v.search, getenv("CITEGATE_SEARCH"), c.Search, "local"))
+	c.Search = pick("search", "--search", v.search, "CITEGATE_SEARCH", c.Search, "local")
 	c.SearXNGURL = first(v.searxngURL, getenv("CITEGATE_SEARXNG_URL"), c.SearXNGURL)
 	c.TavilyAPIKey = first(getenv("CITEGATE_TAVILY_API_KEY"), c.TavilyAPIKey)
 	c.KB = first(v.kb, getenv("CITEGATE_KB"), c.KB)
 	c.FetchAllow = first(v.fetchAllow, getenv("CITEGATE_FETCH_ALLOW"), c.FetchAllow)
-	c.LogLevel = first(v.logLevel, getenv("CITEGATE_LOG_LEVEL"), c.LogLevel, "info")
-	c.Lang = strings.ToLower(first(v.lang, getenv("CITEGATE_LANG"), c.Lang, "zh"))
+	c.LogLevel = pick("log_level", "--log-level", v.logLevel, "CITEGATE_LOG_LEVEL", c.LogLevel, first(v.logDefault, "info"))
+	c.Lang = pick("lang", "--lang", v.lang, "CITEGATE_LANG", c.Lang, "zh")
 
 	ch := &c.Channels
 	env := func(channel, key, cur string) string {
@@ -135,7 +155,9 @@ func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
 	}
 	ch.Feishu.AppID = env("FEISHU", "APP_ID", ch.Feishu.AppID)
 	ch.Feishu.AppSecret = env("FEISHU", "APP_SECRET", ch.Feishu.AppSecret)
-	ch.Feishu.Mode = env("FEISHU", "MODE", ch.Feishu.Mode)
+	if m := ch.Feishu.Mode; getenv("CITEGATE_FEISHU_MODE") != "" || m != "" {
+		ch.Feishu.Mode = pick("channels.feishu.mode", "CITEGATE_FEISHU_MODE", "", "CITEGATE_FEISHU_MODE", m, "")
+	}
 	ch.Feishu.VerificationToken = env("FEISHU", "VERIFICATION_TOKEN", ch.Feishu.VerificationToken)
 	ch.Feishu.EncryptKey = env("FEISHU", "ENCRYPT_KEY", ch.Feishu.EncryptKey)
 	ch.Feishu.BaseURL = env("FEISHU", "BASE_URL", ch.Feishu.BaseURL)
@@ -169,31 +191,46 @@ func (c Config) validate() error {
 	if !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
 		errs = append(errs, fmt.Errorf("--public-url %q: want an http(s) URL", c.PublicURL))
 	}
-	switch c.Search {
-	case "local":
-	case "searxng":
-		if c.SearXNGURL == "" {
-			errs = append(errs, errors.New("--search searxng needs --searxng-url"))
+	enum := func(key, val string) bool {
+		if slices.Contains(enumValues[key], val) {
+			return true
 		}
-	case "tavily":
-		if c.TavilyAPIKey == "" {
-			errs = append(errs, errors.New("--search tavily needs CITEGATE_TAVILY_API_KEY"))
+		src := c.src[key]
+		if src == "" {
+			src = key
 		}
-	default:
-		errs = append(errs, fmt.Errorf("--search %q: want local, searxng or tavily", c.Search))
+		errs = append(errs, fmt.Errorf("%s %q is not allowed: want %s", src, val, orList(enumValues[key])))
+		return false
+	}
+	if enum("search", c.Search) {
+		switch c.Search {
+		case "searxng":
+			if c.SearXNGURL == "" {
+				errs = append(errs, errors.New("--search searxng needs --searxng-url (env CITEGATE_SEARXNG_URL, file searxng_url)"))
+			}
+		case "tavily":
+			if c.TavilyAPIKey == "" {
+				errs = append(errs, errors.New("--search tavily needs CITEGATE_TAVILY_API_KEY"))
+			}
+		}
 	}
 	if c.LLM.BaseURL != "" && c.LLM.Model == "" {
 		errs = append(errs, errors.New("--llm-base-url needs --llm-model (env CITEGATE_LLM_MODEL)"))
 	}
-	switch c.Lang {
-	case "zh", "en":
-	default:
-		errs = append(errs, fmt.Errorf("--lang %q: want zh or en", c.Lang))
-	}
-	if m := c.Channels.Feishu.Mode; m != "" && m != "longconn" && m != "webhook" {
-		errs = append(errs, fmt.Errorf("channels.feishu.mode %q: want longconn or webhook", m))
+	enum("lang", c.Lang)
+	enum("log_level", c.LogLevel)
+	if m := c.Channels.Feishu.Mode; m != "" {
+		enum("channels.feishu.mode", m)
 	}
 	return errors.Join(errs...)
+}
+
+// orList writes "a, b or c".
+func orList(vals []string) string {
+	if len(vals) < 2 {
+		return strings.Join(vals, "")
+	}
+	return strings.Join(vals[:len(vals)-1], ", ") + " or " + vals[len(vals)-1]
 }
 
 // dbPath is the bbolt file inside the data directory.

@@ -4,9 +4,15 @@
 //
 // Usage:
 //
-//	citegate [serve] [flags]        run the gateway (default)
-//	citegate ask [flags] "question" answer one question on the command line
-//	citegate user add [flags] NAME  create a desktop/API user and print its token
+//	citegate [serve] [flags]          run the gateway (default)
+//	citegate ask [flags] "question"   answer one question on the command line
+//	citegate user add NAME            create a desktop/API user and print its token
+//	citegate user list                list the users
+//	citegate user token NAME          give a user a new token (the old one stops working)
+//	citegate user revoke NAME         remove a user's token and browser sessions
+//	citegate user login NAME          print a one-time login link
+//	citegate backup FILE              write a consistent copy of the database
+//	citegate version                  print the version
 package main
 
 import (
@@ -34,16 +40,33 @@ const usage = `citegate — chat-channel bot gateway with verified citations
 Usage:
   citegate [serve] [flags]          run the gateway (desktop view, API, channels)
   citegate ask [flags] "question"   answer one question and print it with its verified sources
-  citegate user add [flags] NAME    create a user and print its access token (works while serve runs)
+  citegate user add NAME            create a user and print its access token alone on stdout
+  citegate user list                list the users, whether they can log in, their browser sessions
+  citegate user token NAME          give NAME a new access token; the old one, NAME's browser
+                                    sessions and open connections stop working at once
+  citegate user revoke NAME         remove NAME's token and browser sessions (history is kept)
+  citegate user login NAME          print a one-time browser login link for NAME (15 minutes)
+  citegate backup FILE              write a consistent copy of the database to FILE
+  citegate version                  print the version and source revision
+  citegate help                     this text
 
+The user and backup commands work whether or not serve is running (they go through the
+server's admin socket in the data directory when it holds the database).
+Flags may come before or after the arguments. Precedence: flags > environment > --config file > defaults.
 Run "citegate <command> --help" for the flags of a command.
 `
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch {
+		case isHelpFlag(args[0]):
+			fmt.Fprint(stdout, usage)
+			return 0
+		case !strings.HasPrefix(args[0], "-"):
+			cmd, args = args[0], args[1:]
+		}
 	}
 	var err error
 	switch cmd {
@@ -53,6 +76,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err = cmdAsk(ctx, args, stdout, stderr, getenv)
 	case "user":
 		err = cmdUser(ctx, args, stdout, stderr, getenv)
+	case "backup":
+		err = cmdBackup(ctx, args, stdout, stderr, getenv)
+	case "version":
+		err = cmdVersion(args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -73,6 +100,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 }
 
+func isHelpFlag(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
+
 // errUsage marks an error already explained to the user together with the usage text.
 var errUsage = errors.New("usage")
 
@@ -87,16 +116,32 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+// parse parses flags that may come before, between or after the positional arguments
+// (`user add NAME --data DIR`), and returns the positional arguments. Everything after "--" is
+// positional.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
 		}
-		return errUsage
+		rest := fs.Args()
+		consumed := args[:len(args)-len(rest)]
+		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	return nil
 }
 
+// newLogger writes text logs to w at level (validated by Config.validate).
 func newLogger(level string, w io.Writer) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {

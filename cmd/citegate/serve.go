@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,11 +28,12 @@ import (
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := newFlagSet("serve", "citegate [serve] [flags]", stderr)
 	fv := registerFlags(fs)
-	if err := parse(fs, args); err != nil {
+	pos, err := parse(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "citegate serve: unexpected argument %q\n", fs.Arg(0))
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "citegate serve: unexpected argument %q\n", pos[0])
 		return errUsage
 	}
 	cfg, err := loadConfig(fv, getenv)
@@ -103,7 +108,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return listenError(cfg.Addr, err)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -128,20 +133,18 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	go func() {
 		defer wg.Done()
 		if err := srv.ServeAdmin(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			log.Warn("admin socket unavailable; `citegate user add` needs the server stopped", "err", err)
+			log.Warn("admin socket unavailable; the `citegate user` and `citegate backup` commands need the server stopped", "err", err)
 		}
 	}()
 	go pruneSeen(ctx, st, log)
 
 	log.Info("citegate listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "model", cr.Agent.ModelName(),
 		"search", cfg.Search, "kb_documents", cr.Corpus.Len(), "channels", len(chans))
-	if login, err := srv.EnsureLocalUser(ctx); err != nil {
-		log.Warn("could not create the local user", "err", err)
-	} else if login != "" {
-		fmt.Fprintf(stdout, "citegate is ready. Open this link to start chatting:\n\n  %s\n\n", login)
-	} else {
-		fmt.Fprintf(stdout, "citegate is ready at %s (log in with a token from `citegate user add NAME`)\n", cfg.PublicURL)
+	login, err := srv.EnsureLocalUser(ctx)
+	if err != nil {
+		log.Warn("could not prepare the local user's login link", "err", err)
 	}
+	printSummary(stdout, cfg, ln.Addr().String(), cr, chans, login)
 	err = srv.Serve(ctx, ln)
 	cancel()
 	wg.Wait()
@@ -206,4 +209,84 @@ func pruneSeen(ctx context.Context, st *store.Store, log *slog.Logger) {
 			}
 		}
 	}
+}
+
+// listenError explains a failed listen in terms of what to do about it.
+func listenError(addr string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("cannot listen on %s: the address is already in use (another citegate, or another program); "+
+			"stop it or choose another address with --addr HOST:PORT (env CITEGATE_ADDR, file addr)", addr)
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("cannot listen on %s: permission denied (ports below 1024 need privileges); "+
+			"choose another port with --addr HOST:PORT (env CITEGATE_ADDR), e.g. --addr 127.0.0.1:8080", addr)
+	}
+	return fmt.Errorf("cannot listen on %s: %w (set the address with --addr HOST:PORT)", addr, err)
+}
+
+// printSummary prints the one screen a person starting the server needs: where it is, what it
+// runs with, which channels it starts, and how to log in.
+func printSummary(w io.Writer, cfg Config, listenAddr string, cr *core, chans []channels.Channel, login string) {
+	var b strings.Builder
+	row := func(k, format string, a ...any) { fmt.Fprintf(&b, "  %-11s %s\n", k, fmt.Sprintf(format, a...)) }
+	b.WriteString("citegate is ready\n\n")
+	reach := ""
+	if isLoopbackListen(listenAddr) {
+		reach = " — this machine only; use --addr 0.0.0.0:PORT and --public-url to serve others"
+	}
+	row("address", "%s%s", listenAddr, reach)
+	row("public URL", "%s", cfg.PublicURL)
+	row("store", "bbolt %s", cfg.dbPath())
+	row("model", "%s", cr.Agent.ModelName())
+	switch cfg.Search {
+	case "searxng":
+		row("search", "searxng %s", cfg.SearXNGURL)
+	case "tavily":
+		row("search", "tavily")
+	default:
+		kb := cfg.KB
+		if kb == "" {
+			kb = "bundled sample corpus"
+		}
+		row("search", "local: %s (%d documents, served at %s/kb/)", kb, cr.Corpus.Len(), cfg.PublicURL)
+	}
+	if len(chans) == 0 {
+		row("channels", "none configured (desktop view only; see --config)")
+	}
+	for i, ch := range chans {
+		k := ""
+		if i == 0 {
+			k = "channels"
+		}
+		row(k, "%s: %s", ch.Name(), channelSummary(cfg, ch))
+	}
+	if login != "" {
+		fmt.Fprintf(&b, "\nOpen this one-time login link (valid 15 minutes) to start chatting:\n\n  %s\n\n", login)
+		b.WriteString("Another link later: citegate user login local\n")
+	} else {
+		b.WriteString("\nLog in: citegate user login NAME prints a one-time link (citegate user add NAME creates a user).\n")
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// channelSummary says how a configured channel reaches its platform.
+func channelSummary(cfg Config, ch channels.Channel) string {
+	desc := "starting"
+	if wh, ok := ch.(channels.WebhookChannel); ok {
+		for _, path := range slices.Sorted(maps.Keys(wh.Routes())) {
+			desc += ", webhook " + cfg.PublicURL + path
+		}
+	} else {
+		desc += " (outbound connection to the platform)"
+	}
+	return desc
+}
+
+func isLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback() || strings.EqualFold(host, "localhost")
 }

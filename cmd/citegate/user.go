@@ -5,57 +5,263 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/store"
 )
 
-func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	if len(args) == 0 || args[0] != "add" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintln(stderr, "Usage: citegate user add [flags] NAME")
+const userUsage = `Usage:
+  citegate user add NAME      create a user and print its access token alone on stdout
+  citegate user list          list the users
+  citegate user token NAME    give NAME a new access token (printed alone on stdout); the old one,
+                              NAME's browser sessions and open connections stop working at once
+  citegate user revoke NAME   remove NAME's token and browser sessions; history is kept, and
+                              "citegate user token NAME" lets them back in
+  citegate user login NAME    print a one-time browser login link for NAME (valid 15 minutes)
+
+Each works whether or not serve is running. Flags (e.g. --data DIR, --config FILE) may come before
+or after NAME; "citegate user add --help" lists them.
+`
+
+// userCmd is one `citegate user` subcommand: what it needs and what it does, once against the
+// store directly and once through a running server's admin socket.
+type userCmd struct {
+	synopsis string
+	needName bool
+	direct   func(ctx context.Context, st *store.Store, cfg Config, name string, stdout, stderr io.Writer) error
+	viaAdmin func(ctx context.Context, cfg Config, name string, stdout, stderr io.Writer) error
+}
+
+var userCmds = map[string]userCmd{
+	"add": {
+		synopsis: "citegate user add [flags] NAME   (prints the new user's access token alone on stdout)",
+		needName: true,
+		direct: func(ctx context.Context, st *store.Store, _ Config, name string, stdout, _ io.Writer) error {
+			_, tok, err := st.CreateUser(ctx, name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, tok)
 			return nil
+		},
+		viaAdmin: func(ctx context.Context, cfg Config, name string, stdout, _ io.Writer) error {
+			tok, err := gateway.AdminAddUser(ctx, cfg.Data, name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, tok)
+			return nil
+		},
+	},
+	"list": {
+		synopsis: "citegate user list [flags]",
+		direct: func(ctx context.Context, st *store.Store, _ Config, _ string, stdout, _ io.Writer) error {
+			users, err := st.ListUsers(ctx)
+			if err != nil {
+				return err
+			}
+			return printUsers(stdout, users)
+		},
+		viaAdmin: func(ctx context.Context, cfg Config, _ string, stdout, _ io.Writer) error {
+			users, err := gateway.AdminListUsers(ctx, cfg.Data)
+			if err != nil {
+				return err
+			}
+			return printUsers(stdout, users)
+		},
+	},
+	"token": {
+		synopsis: "citegate user token [flags] NAME   (prints NAME's new access token alone on stdout)",
+		needName: true,
+		direct: func(ctx context.Context, st *store.Store, _ Config, name string, stdout, stderr io.Writer) error {
+			u, tok, err := st.RotateToken(ctx, name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, tok)
+			fmt.Fprintf(stderr, "%s has a new access token; the old one and %s's browser sessions no longer work.\n", u.Name, u.Name)
+			return nil
+		},
+		viaAdmin: func(ctx context.Context, cfg Config, name string, stdout, stderr io.Writer) error {
+			u, err := gateway.AdminRotateToken(ctx, cfg.Data, name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, u.Token)
+			fmt.Fprintf(stderr, "%s has a new access token; the old one, %s's browser sessions and open connections no longer work.\n", u.Name, u.Name)
+			return nil
+		},
+	},
+	"revoke": {
+		synopsis: "citegate user revoke [flags] NAME",
+		needName: true,
+		direct: func(ctx context.Context, st *store.Store, _ Config, name string, stdout, _ io.Writer) error {
+			u, err := st.RevokeUser(ctx, name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "revoked %s: the token and browser sessions no longer work (history kept; `citegate user token %s` lets them back in)\n", u.Name, u.Name)
+			return nil
+		},
+		viaAdmin: func(ctx context.Context, cfg Config, name string, stdout, _ io.Writer) error {
+			u, err := gateway.AdminRevokeUser(ctx, cfg.Data, name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "revoked %s: the token, browser sessions and open connections no longer work (history kept; `citegate user token %s` lets them back in)\n", u.Name, u.Name)
+			return nil
+		},
+	},
+	"login": {
+		synopsis: "citegate user login [flags] NAME   (prints a one-time login link alone on stdout)",
+		needName: true,
+		direct: func(ctx context.Context, st *store.Store, cfg Config, name string, stdout, stderr io.Writer) error {
+			u, err := st.UserByName(ctx, name)
+			if err != nil {
+				return err
+			}
+			code, exp, err := st.CreateLoginCode(ctx, u.ID, store.MaxLoginCodeTTL)
+			if err != nil {
+				return err
+			}
+			printLogin(stdout, stderr, u.Name, gateway.LoginURL(cfg.PublicURL, code), exp)
+			fmt.Fprintln(stderr, "(citegate serve is not running: start it before the link expires)")
+			return nil
+		},
+		viaAdmin: func(ctx context.Context, cfg Config, name string, stdout, stderr io.Writer) error {
+			u, err := gateway.AdminLoginLink(ctx, cfg.Data, name)
+			if err != nil {
+				return err
+			}
+			printLogin(stdout, stderr, u.Name, u.URL, u.ExpiresAt)
+			return nil
+		},
+	},
+}
+
+func printLogin(stdout, stderr io.Writer, name, link string, exp time.Time) {
+	fmt.Fprintln(stdout, link)
+	fmt.Fprintf(stderr, "One-time login link for %s: it works once, until %s (%s).\n",
+		name, exp.Local().Format("15:04:05"), time.Until(exp).Round(time.Minute))
+}
+
+func printUsers(w io.Writer, users []store.UserInfo) error {
+	if len(users) == 0 {
+		fmt.Fprintln(w, "no users yet; create one with: citegate user add NAME")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tBROWSER SESSIONS\tCREATED")
+	for _, u := range users {
+		state := "active"
+		if !u.Active {
+			state = "revoked"
 		}
-		fmt.Fprintln(stderr, "Usage: citegate user add [flags] NAME")
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", u.Name, state, u.WebSessions, u.CreatedAt.Local().Format("2006-01-02 15:04"))
+	}
+	return tw.Flush()
+}
+
+func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, userUsage)
 		return errUsage
 	}
-	fs := newFlagSet("user add", "citegate user add [flags] NAME   (prints the new user's access token alone on stdout)", stderr)
+	if isHelpFlag(args[0]) || args[0] == "help" {
+		fmt.Fprint(stdout, userUsage)
+		return nil
+	}
+	sub, ok := userCmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "citegate user: unknown subcommand %q\n\n%s", args[0], userUsage)
+		return errUsage
+	}
+	fs := newFlagSet("user "+args[0], sub.synopsis, stderr)
 	fv := registerFlags(fs)
-	if err := parse(fs, args[1:]); err != nil {
+	fv.logDefault = "warn"
+	pos, err := parse(fs, args[1:])
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "citegate user add: exactly one NAME is required")
+	var name string
+	switch {
+	case sub.needName && len(pos) != 1:
+		fmt.Fprintf(stderr, "citegate user %s: exactly one NAME is required (got %d)\nUsage: %s\n", args[0], len(pos), sub.synopsis)
 		return errUsage
+	case !sub.needName && len(pos) != 0:
+		fmt.Fprintf(stderr, "citegate user %s: unexpected argument %q\n", args[0], pos[0])
+		return errUsage
+	case sub.needName:
+		name = strings.TrimSpace(pos[0])
 	}
-	name := fs.Arg(0)
 	cfg, err := loadConfig(fv, getenv)
 	if err != nil {
 		return err
 	}
-	log := newLogger(first(fv.logLevel, "warn"), stderr)
+	err = withStoreOrServer(ctx, cfg,
+		func(st *store.Store) error { return sub.direct(ctx, st, cfg, name, stdout, stderr) },
+		func(ctx context.Context) error { return sub.viaAdmin(ctx, cfg, name, stdout, stderr) })
+	return userError(name, err)
+}
 
-	st, err := openStore(cfg, log, 300*time.Millisecond)
+// withStoreOrServer runs direct on the database when this process can open it, and viaAdmin
+// through the running server's admin socket when the server holds it. It never waits on the file
+// lock for long.
+func withStoreOrServer(ctx context.Context, cfg Config, direct func(*store.Store) error, viaAdmin func(context.Context) error) error {
+	st, err := store.Open(cfg.dbPath(), store.Options{Timeout: 300 * time.Millisecond, Logger: newLogger("error", io.Discard)})
 	if errors.Is(err, store.ErrLocked) {
 		// The server holds the database: go through its admin socket instead of waiting for the lock.
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		actx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		defer cancel()
-		token, aerr := gateway.AdminAddUser(ctx, cfg.Data, name)
-		if aerr != nil {
-			return fmt.Errorf("the database is held by a running server and its admin socket failed: %w", aerr)
+		err := viaAdmin(actx)
+		if errors.Is(err, gateway.ErrNoAdminServer) {
+			return fmt.Errorf("%s is in use by another process, but no citegate server answers on its admin socket (%s/%s); "+
+				"if serve is still starting, try again in a moment, otherwise stop the process that holds the file",
+				cfg.dbPath(), cfg.Data, gateway.AdminSocketName)
 		}
-		fmt.Fprintln(stdout, token)
-		return nil
+		return err
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("open database: %w", err)
 	}
 	defer st.Close()
-	_, token, err := st.CreateUser(ctx, name)
-	if err != nil {
-		return err
+	return direct(st)
+}
+
+// userError turns the store's (or the server's) answer into a sentence a person can act on.
+func userError(name string, err error) error {
+	var ae *gateway.AdminError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrConflict):
+		return fmt.Errorf("the name %q is already taken. To log in as %s, run: citegate user login %s "+
+			"(or citegate user token %s for a new access token)", name, name, shellQuote(name), shellQuote(name))
+	case errors.Is(err, store.ErrRevoked):
+		return fmt.Errorf("%s is revoked and cannot log in; give them a new token first: citegate user token %s", name, shellQuote(name))
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("there is no user named %q (see: citegate user list)", name)
+	case errors.As(err, &ae):
+		return errors.New(ae.Message)
+	case errors.Is(err, store.ErrInvalid):
+		msg := err.Error()
+		if i := strings.LastIndex(msg, store.ErrInvalid.Error()+": "); i >= 0 {
+			msg = msg[i+len(store.ErrInvalid.Error())+2:]
+		}
+		return errors.New(msg)
 	}
-	fmt.Fprintln(stdout, token)
-	return nil
+	return err
+}
+
+// shellQuote quotes a name for a command line when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == '.' || r == '@' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r > 127)
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
