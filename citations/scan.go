@@ -500,8 +500,20 @@ func (s *scanner) lineStart(i int, final bool) (int, bool) {
 		} else if ok {
 			lineList, inList = true, true
 			listCol = li.indent + (c - p)
-			if c == len(b) || b[c] == '\n' || b[c] == '\r' {
-				listCol = li.indent + (c - p) + 1 // an empty item's content starts one past the marker
+			m := p + 1 // the marker's end
+			for m < c && isDigit(b[m-1]) {
+				m++
+			}
+			switch {
+			case c == len(b) || b[c] == '\n' || b[c] == '\r':
+				listCol = li.indent + (m - p) + 1 // an empty item's content starts one past the marker
+			case c-m >= 5:
+				// Five or more spaces after the marker: the content starts one past it and the rest
+				// of the line is an indented code block inside the item.
+				listCol = li.indent + (m - p) + 1
+				st.inList, st.listCol, st.inPara, st.lineList = true, listCol, false, true
+				st.atLineStart, st.lineCode = false, true
+				return i, true
 			}
 			p = c
 		}

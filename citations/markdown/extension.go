@@ -42,10 +42,21 @@ func (n *CitationNode) Dump(source []byte, level int) {
 // (including the digit bound) is exactly the one Extract, Strip and the Stripper use.
 type citationParser struct{}
 
-func (citationParser) Trigger() []byte { return []byte{'['} }
+// Trigger includes '!' because goldmark's link parser would otherwise read "![^1^]" as the start of
+// an image and leave the marker as text, while Verify counts it.
+func (citationParser) Trigger() []byte { return []byte{'[', '!'} }
 
 func (citationParser) Parse(_ ast.Node, block text.Reader, _ parser.Context) ast.Node {
-	line, _ := block.PeekLine()
+	line, seg := block.PeekLine()
+	if len(line) > 1 && line[0] == '!' {
+		limit := min(len(line), citations.MaxDigits+5)
+		if ms := citations.Markers(string(line[1:limit])); len(ms) == 0 || ms[0].Start != 0 {
+			return nil
+		}
+		// The '!' is plain text; the marker after it is parsed at its '['.
+		block.Advance(1)
+		return ast.NewTextSegment(seg.WithStop(seg.Start + 1))
+	}
 	// The longest marker is "[^" + MaxDigits digits + "^]"; looking further is pointless.
 	limit := min(len(line), citations.MaxDigits+4)
 	ms := citations.Markers(string(line[:limit]))
