@@ -195,13 +195,14 @@ type scored struct {
 // isMetaSentence reports sentences about the document rather than its subject ("本文说明…",
 // "This guide explains…") and cross-references ("见《…》", "see the … guide"), which answer nothing.
 func isMetaSentence(s string) bool {
+	ls := strings.ToLower(s)
 	for _, p := range []string{"本文", "本指南", "本页", "本制度", "本规定", "本手册", "本标准", "本流程", "本办法",
 		"this article", "this guide", "this page", "this document", "these rules", "this policy", "this is the"} {
-		if strings.HasPrefix(strings.ToLower(s), p) {
+		if strings.HasPrefix(ls, p) {
 			return true
 		}
 	}
-	return strings.Contains(s, "见《") || strings.Contains(s, "参见") || strings.Contains(strings.ToLower(s), "see the ")
+	return strings.Contains(s, "见《") || strings.Contains(s, "参见") || strings.Contains(ls, "see the ")
 }
 
 // compose answers question from passages, every part of it from all of them; see composeParts.
@@ -534,8 +535,9 @@ func selectSentences(p qpart, passages []passage) []scored {
 					continue
 				}
 				cover := 0.0
+				s := sents[c.order]
 				for i, k := range concepts {
-					if k.in(textseg.Terms(c.ctx), strings.ToLower(c.ctx)) {
+					if k.in(s.context, s.ctxLow) {
 						cover += weight[i]
 					}
 				}
