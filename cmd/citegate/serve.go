@@ -145,13 +145,33 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		log.Warn("could not prepare the local user's login link", "err", err)
 	}
 	printSummary(stdout, cfg, ln.Addr().String(), cr, chans, login)
+	// Shutdown (SIGTERM/SIGINT cancel ctx), in this order, each step bounded, so the process exits
+	// within about 33 s: the HTTP server and its websocket clients (≤ 3 s for close frames, ≤ 5 s
+	// for in-flight requests), the channels' inbound side (≤ channelStopWait), then the deferred
+	// gateway.Shutdown (agent ≤ 10 s: runs marked CANCELLED; replies ≤ 10 s: every open reply ends
+	// with "stopped: server restarting") and the store.
 	err = srv.Serve(ctx, ln)
 	cancel()
-	wg.Wait()
+	waitBounded(&wg, channelStopWait, log)
 	if errors.Is(err, context.Canceled) || errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
+}
+
+// channelStopWait bounds how long serve waits for channels and the admin socket to stop.
+const channelStopWait = 5 * time.Second
+
+// waitBounded waits for wg at most d; a channel that does not stop in time is logged and left
+// behind, since the process is exiting anyway.
+func waitBounded(wg *sync.WaitGroup, d time.Duration, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		log.Warn("channels did not stop in time; shutting down without them", "waited", d)
+	}
 }
 
 // buildChannels creates the channels whose required keys are present.
