@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/citegate/citegate/citations"
-	"github.com/citegate/citegate/citations/markdown"
 	"github.com/citegate/citegate/store"
 )
 
@@ -62,20 +61,8 @@ func interrupted(metadata []byte) bool {
 
 func anchorFor(id uint64) string { return "m" + strconv.FormatUint(id, 10) }
 
-// renderMessage renders m's HTML. messageID enables the preview buttons (0 on share pages, where
-// previews are not available to anonymous readers).
-func renderMessage(m store.Message, cits []citations.Citation, lang string, withPreview bool) string {
-	if m.Role == store.RoleUser {
-		return markdown.RenderPlain(m.Content)
-	}
-	opt := markdown.Options{Lang: lang, Anchor: anchorFor(m.ID)}
-	if withPreview {
-		opt.MessageID = m.ID
-	}
-	return markdown.Render(m.Content, cits, opt)
-}
-
-func toMessageJSON(m store.Message, lang string) messageJSON {
+// toMessageJSON is m as the desktop view shows it, its HTML from the render cache.
+func (s *Server) toMessageJSON(m store.Message, lang string) messageJSON {
 	cits := citations.FromMetadata(m.Metadata)
 	if cits == nil {
 		cits = []citations.Citation{}
@@ -84,7 +71,7 @@ func toMessageJSON(m store.Message, lang string) messageJSON {
 		ID:          m.ID,
 		Role:        m.Role,
 		Content:     m.Content,
-		HTML:        renderMessage(m, cits, lang, true),
+		HTML:        s.renderMessage(m, cits, lang, true),
 		Citations:   cits,
 		CreatedAt:   m.CreatedAt,
 		Interrupted: m.Role == store.RoleAssistant && interrupted(m.Metadata),
@@ -147,7 +134,7 @@ func (s *Server) history(r *http.Request, sessionID, lang string) ([]messageJSON
 	out := make([]messageJSON, 0, len(all))
 	for _, m := range all {
 		if visible(m) {
-			out = append(out, toMessageJSON(m, lang))
+			out = append(out, s.toMessageJSON(m, lang))
 		}
 	}
 	return out, nil

@@ -79,6 +79,7 @@ type Server struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	hub       *hub
+	renders   *renderCache // answer HTML, rendered once per content and citations (render.go)
 	handler   http.Handler
 	unsub     func()
 	pongWait  time.Duration // websocket keepalive; a field so tests can shorten it
@@ -139,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 		limRate:   rate.Limit(float64(cfg.ChatRatePerMinute) / 60),
 		limBurst:  5,
 		pongWait:  defaultPongWait,
+		renders:   newRenderCache(defaultRenderCacheBytes),
 	}
 	for _, o := range cfg.AllowedOrigins {
 		u, err := url.Parse(strings.TrimSpace(o))

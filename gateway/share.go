@@ -41,7 +41,7 @@ func (s *Server) handleSharePage(w http.ResponseWriter, r *http.Request) {
 		views = append(views, web.MessageView{
 			ID:        m.ID,
 			Role:      string(m.Role),
-			HTML:      template.HTML(renderMessage(m, cits, lang, false)), //nolint:gosec // markdown.Render output is sanitised
+			HTML:      template.HTML(s.renderMessage(m, cits, lang, false)), //nolint:gosec // markdown.Render output is sanitised
 			CreatedAt: m.CreatedAt,
 		})
 	}

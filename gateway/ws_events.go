@@ -182,13 +182,13 @@ func (h *hub) route(ev agent.Event, owner, content string) {
 		final := ev.Content
 		f.MessageID, f.Content = ev.MessageID, &final
 		h.perLang(cs, f, func(lang string) string {
-			return markdown.Render(final, nil, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
+			return h.s.renderAnswer(final, nil, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
 		})
 		return
 	case agent.EventCitations:
 		f.MessageID, f.Citations = ev.MessageID, ev.Citations
 		h.perLang(cs, f, func(lang string) string {
-			return markdown.Render(content, ev.Citations, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
+			return h.s.renderAnswer(content, ev.Citations, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
 		})
 		return
 	case agent.EventRunFinished:

@@ -155,7 +155,7 @@ func (c *client) sessionOpen(ctx context.Context, f clientFrame) {
 	msgs := make([]messageJSON, 0, len(all))
 	for _, m := range all {
 		if visible(m) {
-			msgs = append(msgs, toMessageJSON(m, c.lang))
+			msgs = append(msgs, c.s.toMessageJSON(m, c.lang))
 		}
 	}
 	c.send(&wsFrame{Type: "session.history", SessionID: f.SessionID, ClientMsgID: f.ClientMsgID, Messages: &msgs})
