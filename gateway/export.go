@@ -56,14 +56,19 @@ func ownerLine(m store.Message) (exportLine, bool) {
 // read by anyone holding the link, so tool calls (their arguments), tool results (documents the
 // answer may never have cited, excerpts included) and every metadata key but the verified
 // citations stay out. The line keeps the owner's export shape (a subset of its fields), so one
-// reader handles both; the content keeps its raw markers so the citations can be checked offline.
+// reader handles both; an answer's content keeps its raw markers so the citations can be checked
+// offline, with the link rule applied.
 func publicLine(m store.Message) (exportLine, bool) {
 	if !visible(m) {
 		return exportLine{}, false
 	}
 	line := exportLine{ID: m.ID, SessionID: m.SessionID, Role: m.Role, Content: m.Content, CreatedAt: m.CreatedAt}
 	if m.Role == store.RoleAssistant {
-		if cits := citations.FromMetadata(m.Metadata); len(cits) > 0 {
+		cits := citations.FromMetadata(m.Metadata)
+		// The link rule holds here too: an anonymous reader gets no unverified URL, not even in
+		// the raw text. Markers stay, so the citations can still be checked against the content.
+		line.Content, _, _ = citations.FilterLinks(m.Content, allowFunc(m.Metadata, cits))
+		if len(cits) > 0 {
 			md, err := json.Marshal(map[string][]citations.Citation{"citations": cits})
 			if err == nil {
 				line.Metadata = md

@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"hash"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -124,9 +127,10 @@ func (c *renderCache) stats() (hits, misses uint64, bytes, entries int) {
 	return c.hits, c.misses, c.bytes, entries
 }
 
-// answerKey digests every input of markdown.Render for one answer. Fields are length-prefixed so
-// no two different inputs produce the same byte stream.
-func answerKey(content string, cits []citations.Citation, opt markdown.Options) renderKey {
+// answerKey digests every input of markdown.Render for one answer (allowed is the sorted list
+// behind opt.AllowLink). Fields are length-prefixed so no two different inputs produce the same
+// byte stream.
+func answerKey(content string, cits []citations.Citation, allowed []string, opt markdown.Options) renderKey {
 	h := sha256.New()
 	writeField(h, "answer/v1")
 	writeField(h, opt.Lang)
@@ -141,6 +145,10 @@ func answerKey(content string, cits []citations.Citation, opt markdown.Options) 
 		writeField(h, c.URL)
 		writeField(h, c.Title)
 	}
+	writeField(h, strconv.Itoa(len(allowed)))
+	for _, u := range allowed {
+		writeField(h, u)
+	}
 	var k renderKey
 	h.Sum(k[:0])
 	return k
@@ -153,11 +161,40 @@ func writeField(h hash.Hash, s string) {
 	h.Write([]byte(s))
 }
 
-// renderAnswer renders an answer through the cache.
-func (s *Server) renderAnswer(content string, cits []citations.Citation, opt markdown.Options) string {
-	return s.renders.get(answerKey(content, cits, opt), func() string {
+// renderAnswer renders an answer through the cache, under the link rule: the answer may show the
+// URLs in allowed (metadata.links.allowed, see linkAllowList) and its citations' URLs, no other.
+func (s *Server) renderAnswer(content string, cits []citations.Citation, allowed []string, opt markdown.Options) string {
+	return s.renders.get(answerKey(content, cits, allowed, opt), func() string {
+		opt.AllowLink = citations.AllowList(allowed)
 		return markdown.Render(content, cits, opt)
 	})
+}
+
+// linkAllowList is the list behind an answer's link rule (DESIGN §4): metadata.links.allowed (the
+// verified URLs the answer shows, recorded with the answer) and the URLs of its citations, sorted
+// and each once so equal lists digest alike. Metadata without links allows only the citations.
+func linkAllowList(metadata []byte, cits []citations.Citation) []string {
+	var out []string
+	if len(metadata) > 0 && bytes.Contains(metadata, []byte(`"links"`)) {
+		var doc struct {
+			Links struct {
+				Allowed []string `json:"allowed"`
+			} `json:"links"`
+		}
+		if json.Unmarshal(metadata, &doc) == nil {
+			out = append(out, doc.Links.Allowed...)
+		}
+	}
+	for _, c := range cits {
+		out = append(out, c.URL)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// allowFunc is the link rule's allow-func for a stored answer.
+func allowFunc(metadata []byte, cits []citations.Citation) func(string) bool {
+	return citations.AllowList(linkAllowList(metadata, cits))
 }
 
 // renderMessage renders m's HTML. withPreview adds the excerpt buttons (not on share pages, where
@@ -171,5 +208,5 @@ func (s *Server) renderMessage(m store.Message, cits []citations.Citation, lang 
 	if withPreview {
 		opt.MessageID = m.ID
 	}
-	return s.renderAnswer(m.Content, cits, opt)
+	return s.renderAnswer(m.Content, cits, linkAllowList(m.Metadata, cits), opt)
 }

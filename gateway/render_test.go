@@ -28,7 +28,7 @@ func TestRenderCacheHitsAndKeys(t *testing.T) {
 	render := func(s string) func() string { return func() string { calls++; return s } }
 	cits := []citations.Citation{{N: 1, URL: "https://example.com/a", Title: "A"}}
 	opt := markdown.Options{Lang: "zh", Anchor: "m1", MessageID: 1}
-	k := answerKey("答案[^1^]", cits, opt)
+	k := answerKey("答案[^1^]", cits, nil, opt)
 
 	assert.Equal(t, "x", c.get(k, render("x")))
 	assert.Equal(t, "x", c.get(k, render("y")), "the second view is served from the cache")
@@ -36,16 +36,17 @@ func TestRenderCacheHitsAndKeys(t *testing.T) {
 
 	// Every input the HTML depends on is in the key.
 	other := []renderKey{
-		answerKey("答案[^1^]。", cits, opt),
-		answerKey("答案[^1^]", nil, opt),
-		answerKey("答案[^1^]", []citations.Citation{{N: 2, URL: "https://example.com/a", Title: "A"}}, opt),
-		answerKey("答案[^1^]", []citations.Citation{{N: 1, URL: "https://example.com/b", Title: "A"}}, opt),
-		answerKey("答案[^1^]", []citations.Citation{{N: 1, URL: "https://example.com/a", Title: "B"}}, opt),
-		answerKey("答案[^1^]", cits, markdown.Options{Lang: "en", Anchor: "m1", MessageID: 1}),
-		answerKey("答案[^1^]", cits, markdown.Options{Lang: "zh", Anchor: "m2", MessageID: 1}),
-		answerKey("答案[^1^]", cits, markdown.Options{Lang: "zh", Anchor: "m1"}),
+		answerKey("答案[^1^]。", cits, nil, opt),
+		answerKey("答案[^1^]", nil, nil, opt),
+		answerKey("答案[^1^]", []citations.Citation{{N: 2, URL: "https://example.com/a", Title: "A"}}, nil, opt),
+		answerKey("答案[^1^]", []citations.Citation{{N: 1, URL: "https://example.com/b", Title: "A"}}, nil, opt),
+		answerKey("答案[^1^]", []citations.Citation{{N: 1, URL: "https://example.com/a", Title: "B"}}, nil, opt),
+		answerKey("答案[^1^]", cits, nil, markdown.Options{Lang: "en", Anchor: "m1", MessageID: 1}),
+		answerKey("答案[^1^]", cits, nil, markdown.Options{Lang: "zh", Anchor: "m2", MessageID: 1}),
+		answerKey("答案[^1^]", cits, nil, markdown.Options{Lang: "zh", Anchor: "m1"}),
+		answerKey("答案[^1^]", cits, []string{"https://example.com/x"}, opt),
 		// Length prefixes: moving bytes between fields is a different key.
-		answerKey("", []citations.Citation{{N: 1, URL: "https://example.com/a", Title: "A答案[^1^]"}}, opt),
+		answerKey("", []citations.Citation{{N: 1, URL: "https://example.com/a", Title: "A答案[^1^]"}}, nil, opt),
 	}
 	seen := map[renderKey]bool{k: true}
 	for i, o := range other {
@@ -55,7 +56,7 @@ func TestRenderCacheHitsAndKeys(t *testing.T) {
 	// What the renderer does not show does not split the cache.
 	fetched := cits[0]
 	fetched.Tool, fetched.Digest = "web_search", "sha256:abc"
-	assert.Equal(t, k, answerKey("答案[^1^]", []citations.Citation{fetched}, opt))
+	assert.Equal(t, k, answerKey("答案[^1^]", []citations.Citation{fetched}, nil, opt))
 
 	var disabled *renderCache = newRenderCache(0)
 	assert.Equal(t, "a", disabled.get(k, render("a")))
@@ -67,7 +68,7 @@ func TestRenderCacheBounded(t *testing.T) {
 	c := newRenderCache(budget)
 	html := strings.Repeat("h", 4<<10)
 	for i := range 200 {
-		c.get(answerKey(strings.Repeat("x", i), nil, markdown.Options{}), func() string { return html })
+		c.get(answerKey(strings.Repeat("x", i), nil, nil, markdown.Options{}), func() string { return html })
 		_, _, bytes, _ := c.stats()
 		require.LessOrEqual(t, bytes, budget)
 	}
@@ -77,14 +78,14 @@ func TestRenderCacheBounded(t *testing.T) {
 	assert.Greater(t, entries, 10)
 	// The most recent entry is kept, the oldest is gone.
 	calls := 0
-	c.get(answerKey(strings.Repeat("x", 199), nil, markdown.Options{}), func() string { calls++; return html })
+	c.get(answerKey(strings.Repeat("x", 199), nil, nil, markdown.Options{}), func() string { calls++; return html })
 	assert.Zero(t, calls)
-	c.get(answerKey("", nil, markdown.Options{}), func() string { calls++; return html })
+	c.get(answerKey("", nil, nil, markdown.Options{}), func() string { calls++; return html })
 	assert.Equal(t, 1, calls)
 
 	// An HTML larger than a quarter of the budget is served but not kept.
 	huge := strings.Repeat("H", budget/2)
-	k := answerKey("huge", nil, markdown.Options{})
+	k := answerKey("huge", nil, nil, markdown.Options{})
 	assert.Equal(t, huge, c.get(k, func() string { return huge }))
 	_, _, bytes, _ = c.stats()
 	assert.LessOrEqual(t, bytes, budget)
@@ -97,7 +98,7 @@ func TestRenderCacheBounded(t *testing.T) {
 // instead of starting their own.
 func TestRenderCacheSingleFlight(t *testing.T) {
 	c := newRenderCache(1 << 20)
-	k := answerKey("costly", nil, markdown.Options{})
+	k := answerKey("costly", nil, nil, markdown.Options{})
 	started, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	render := func() string {

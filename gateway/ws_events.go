@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/citations/markdown"
 	"github.com/citegate/citegate/store"
 )
@@ -35,14 +36,24 @@ func (h *hub) onEvent(ev agent.Event) {
 		return
 	}
 	owner, known := h.owners.get(ev.SessionID)
-	content, haveContent := "", true
-	if ev.Type == agent.EventCitations {
-		content, haveContent = h.runs.finalContent(ev)
-	}
-	if h.lanes.take(ev, !known || !haveContent) {
+	// The final answer's HTML follows the link rule recorded with the stored answer
+	// (metadata.links), so answer.final and citations always take the lane's store read.
+	if h.lanes.take(ev, !known || isFinal(ev)) {
 		return
 	}
-	h.route(ev, owner, content)
+	h.route(ev, owner, answerRecord{})
+}
+
+// isFinal reports whether ev carries the final answer's HTML.
+func isFinal(ev agent.Event) bool {
+	return ev.Type == agent.EventAnswerFinal || ev.Type == agent.EventCitations
+}
+
+// answerRecord is what rendering a final answer needs beyond the event: the answer's content (a
+// citations event does not carry it) and the URLs its link rule allows.
+type answerRecord struct {
+	content string
+	allowed []string
 }
 
 // lanes hold, per session, the events waiting behind a store read. While a session has a lane,
@@ -95,11 +106,11 @@ func (l *lanes) drain(sessionID string) {
 			if owner == "" {
 				continue
 			}
-			content := ""
-			if ev.Type == agent.EventCitations {
-				content = l.h.lookupContent(ev)
+			var rec answerRecord
+			if isFinal(ev) {
+				rec = l.h.lookupAnswer(ev)
 			}
-			l.h.route(ev, owner, content)
+			l.h.route(ev, owner, rec)
 		}
 	}
 }
@@ -125,24 +136,34 @@ func (h *hub) lookupOwner(sessionID string) string {
 	return sess.UserID
 }
 
-// lookupContent reads the answer a citations event belongs to.
-func (h *hub) lookupContent(ev agent.Event) string {
-	if c, ok := h.runs.finalContent(ev); ok {
-		return c
-	}
+// lookupAnswer reads the stored answer a final event belongs to: its content and its link rule.
+// When the read fails, the content comes from the run's own answer.final if this hub saw it, and
+// the rule allows the citations' URLs only (DESIGN §4: a message without metadata.links allows no
+// other URL), so a failure can hide a verified link but never show an unverified one.
+func (h *hub) lookupAnswer(ev agent.Event) answerRecord {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupWait)
 	defer cancel()
 	m, err := h.st.GetMessage(ctx, ev.MessageID)
 	if err != nil {
 		h.s.storeErr("get_message", err)
-		return ""
+		content := ev.Content
+		if ev.Type == agent.EventCitations {
+			content, _ = h.runs.finalContent(ev)
+		}
+		return answerRecord{content: content, allowed: linkAllowList(nil, ev.Citations)}
 	}
-	return m.Content
+	cits := ev.Citations
+	if ev.Type == agent.EventAnswerFinal {
+		// The record may already hold the citations (one transaction with the answer); the
+		// citations event re-renders with them either way.
+		cits = citations.FromMetadata(m.Metadata)
+	}
+	return answerRecord{content: m.Content, allowed: linkAllowList(m.Metadata, cits)}
 }
 
-// route encodes ev for the owner's clients and queues it on each; content is the final answer for
-// a citations event.
-func (h *hub) route(ev agent.Event, owner, content string) {
+// route encodes ev for the owner's clients and queues it on each; rec is the stored answer for
+// answer.final and citations events.
+func (h *hub) route(ev agent.Event, owner string, rec answerRecord) {
 	if owner == "" {
 		return
 	}
@@ -182,13 +203,13 @@ func (h *hub) route(ev agent.Event, owner, content string) {
 		final := ev.Content
 		f.MessageID, f.Content = ev.MessageID, &final
 		h.perLang(cs, f, func(lang string) string {
-			return h.s.renderAnswer(final, nil, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
+			return h.s.renderAnswer(final, nil, rec.allowed, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
 		})
 		return
 	case agent.EventCitations:
 		f.MessageID, f.Citations = ev.MessageID, ev.Citations
 		h.perLang(cs, f, func(lang string) string {
-			return h.s.renderAnswer(content, ev.Citations, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
+			return h.s.renderAnswer(rec.content, ev.Citations, rec.allowed, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
 		})
 		return
 	case agent.EventRunFinished:

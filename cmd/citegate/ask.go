@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -71,9 +73,11 @@ func cmdAsk(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		<-h.Done()
 	}
 	out := h.Outcome()
+	allowed := storedAllowList(ctx, st, out, log)
 	if out.Phase != store.PhaseCompleted {
 		if out.Content != "" {
-			fmt.Fprintln(stdout, citations.Strip(out.Content))
+			text, _ := citations.SafeText(out.Content, citations.AllowList(allowed))
+			fmt.Fprintln(stdout, text)
 		}
 		return fmt.Errorf("run %s: %s", strings.ToLower(string(out.Phase)), out.Error)
 	}
@@ -81,7 +85,7 @@ func cmdAsk(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	if !hasHan(question) {
 		lang = "en"
 	}
-	fmt.Fprint(stdout, formatAnswer(out.Content, out.Citations, lang))
+	fmt.Fprint(stdout, formatAnswer(out.Content, out.Citations, allowed, lang))
 	fmt.Fprintf(stderr, "(model: %s; %d verified source(s))\n", cr.Agent.ModelName(), len(out.Citations))
 	return nil
 }
@@ -95,9 +99,44 @@ func hasHan(s string) bool {
 	return false
 }
 
-// formatAnswer renders an answer for a terminal: verified markers become [k] with display numbers
-// 1..k, other markers vanish, and the sources follow.
-func formatAnswer(content string, cits []citations.Citation, lang string) string {
+// storedAllowList is the URL list behind the answer's link rule (DESIGN §4), read from the stored
+// answer: metadata.links.allowed and the citations' URLs. When the answer cannot be read, only the
+// citations' URLs are allowed, so a failure can hide a verified link but never show another.
+func storedAllowList(ctx context.Context, st *store.Store, out agent.Outcome, log *slog.Logger) []string {
+	allowed := make([]string, 0, len(out.Citations))
+	for _, c := range out.Citations {
+		allowed = append(allowed, c.URL)
+	}
+	if out.FinalMessageID == 0 {
+		return allowed
+	}
+	m, err := st.GetMessage(ctx, out.FinalMessageID)
+	if err != nil {
+		log.Warn("ask: read the stored answer for its link rule", "err", err)
+		return allowed
+	}
+	var doc struct {
+		Links struct {
+			Allowed []string `json:"allowed"`
+		} `json:"links"`
+	}
+	if len(m.Metadata) > 0 && json.Unmarshal(m.Metadata, &doc) == nil {
+		allowed = append(allowed, doc.Links.Allowed...)
+	}
+	return allowed
+}
+
+// formatAnswer renders an answer for a terminal: the link rule applies (a markdown link to a URL
+// not in allowed keeps its text, a bare one becomes citations.HiddenLinkNotice; the citations' URLs
+// are always allowed), verified markers become [k] with display numbers 1..k, other markers
+// vanish, and the sources follow.
+func formatAnswer(content string, cits []citations.Citation, allowed []string, lang string) string {
+	list := make([]string, 0, len(allowed)+len(cits))
+	list = append(list, allowed...)
+	for _, c := range cits {
+		list = append(list, c.URL)
+	}
+	content, _, _ = citations.FilterLinks(content, citations.AllowList(list))
 	display := citations.DisplayNumbers(cits)
 	body := citations.Replace(content, func(m citations.Marker) string {
 		if k, ok := display[m.N]; ok {
