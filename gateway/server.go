@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/gateway/web"
 	"github.com/citegate/citegate/store"
 )
@@ -43,6 +44,9 @@ type Config struct {
 	// Webhooks are channel webhook routes, mounted as given (path → handler), each behind a body cap
 	// of WebhookBodyLimit bytes.
 	Webhooks map[string]http.Handler
+	// ChannelStates reports each configured chat channel's state for /readyz and the
+	// citegate_channel_state metric; nil means no channels.
+	ChannelStates func() []channels.State
 	// WebhookBodyLimit caps a webhook request body; past it the body reader fails and the channel
 	// answers its rejection. Default 1 MiB (platform events are a few kilobytes).
 	WebhookBodyLimit int64
@@ -155,6 +159,11 @@ func New(cfg Config) (*Server, error) {
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
 	}
+	if cfg.ChannelStates != nil {
+		if err := s.reg.Register(newChannelStateCollector(cfg.ChannelStates)); err != nil {
+			return nil, fmt.Errorf("gateway: channel state metric: %w", err)
+		}
+	}
 	s.hub = newHub(s, cfg.Store, cfg.Agent, cfg.MaxConnsPerUser)
 	if s.handler, err = s.routes(); err != nil {
 		return nil, err
@@ -181,6 +190,7 @@ func (s *Server) routes() (_ http.Handler, err error) {
 	mux.HandleFunc("POST /logout", s.handleLogout)
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
+	mux.HandleFunc("GET /readyz", s.handleReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 
 	mux.HandleFunc("GET /api/me", s.api(s.handleMe))

@@ -42,6 +42,10 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("feishu: %s: code %d: %s", e.Op, e.Code, e.Msg)
 }
 
+// CredentialsRejected reports whether the platform refused the app's credentials: the tenant token
+// endpoint answers a non-zero code only for a wrong or disabled app_id/app_secret.
+func (e *APIError) CredentialsRejected() bool { return e.Op == "tenant_access_token" }
+
 func isTokenError(code int) bool {
 	switch code {
 	case codeTenantTokenInvalid, codeAccessTokenInvalid, codeTenantTokenExpired, codeTokenMissing:

@@ -162,7 +162,13 @@ func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
 
 	if _, err := c.tokens.get(ctx, true); err != nil {
 		c.resetStarted()
-		return fmt.Errorf("feishu: check app_id/app_secret: %w", err)
+		var ae *APIError
+		if errors.As(err, &ae) {
+			return fmt.Errorf("feishu: app_id/app_secret rejected: %w", err)
+		}
+		// No answer at all: the platform (or the configured base_url) is out of reach; the
+		// credentials were never looked at.
+		return fmt.Errorf("feishu: cannot reach %s: %w", c.cfg.BaseURL, err)
 	}
 	openID, err := c.fetchBotOpenID(ctx)
 	if err != nil {
@@ -176,6 +182,9 @@ func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
 	c.runCtx = ctx
 	c.mu.Unlock()
 	c.log.Info("feishu channel ready", "mode", c.cfg.Mode, "bot_open_id", openID)
+	// The long connection's own reconnects happen inside the SDK; from here on the channel counts as
+	// connected for /readyz.
+	channels.MarkReady(ctx)
 
 	if c.cfg.Mode == ModeWebhook {
 		return nil

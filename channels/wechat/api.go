@@ -39,6 +39,12 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("wechat %s: errcode %d: %s", e.Op, e.Code, e.Msg)
 }
 
+// CredentialsRejected reports whether WeChat refused the app's credentials (invalid AppSecret,
+// AppID or credential) rather than the request.
+func (e *APIError) CredentialsRejected() bool {
+	return e.Op == "token" && (e.Code == 40001 || e.Code == 40013 || e.Code == 40125)
+}
+
 // WindowClosed reports whether the error means WeChat refuses further customer-service messages to
 // this user until they write again (48-hour window expired or the per-window count used up).
 func (e *APIError) WindowClosed() bool {

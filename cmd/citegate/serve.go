@@ -87,13 +87,15 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		}
 	}
 
+	sup := channelSupervisor(chans, log)
 	srv, err := gateway.New(gateway.Config{
-		Addr:      cfg.Addr,
-		PublicURL: cfg.PublicURL,
-		DataDir:   cfg.Data,
-		Store:     st,
-		Agent:     cr.Agent,
-		KB:        cr.Corpus.Handler(),
+		ChannelStates: sup.States,
+		Addr:          cfg.Addr,
+		PublicURL:     cfg.PublicURL,
+		DataDir:       cfg.Data,
+		Store:         st,
+		Agent:         cr.Agent,
+		KB:            cr.Corpus.Handler(),
 		Fetch: func(ctx context.Context, url string) (gateway.LivePage, error) {
 			p, err := cr.Fetcher.FetchLive(ctx, url)
 			return gateway.LivePage{Text: p.Content, Passages: p.Passages, Full: p.Full}, err
@@ -124,9 +126,8 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 					log.Error("channel crashed", "channel", ch.Name(), "panic", r)
 				}
 			}()
-			if err := ch.Start(ctx, disp.Handler(ch)); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("channel could not start; the other channels keep running", "channel", ch.Name(), "err", err)
-			}
+			// The supervisor retries a channel that cannot start, with backoff, and says why.
+			sup.Run(ctx, ch, disp.Handler(ch))
 		}()
 	}
 	wg.Add(1)

@@ -98,3 +98,13 @@ func useStoreForReplays(chans []channels.Channel, st *store.Store) {
 		}
 	}
 }
+
+// channelSupervisor keeps the channels started (retrying with backoff) and tracks their states for
+// /readyz and the metrics.
+func channelSupervisor(chans []channels.Channel, log *slog.Logger) *channels.Supervisor {
+	sup := channels.NewSupervisor(channels.SupervisorConfig{Logger: log})
+	for _, ch := range chans {
+		sup.Register(ch)
+	}
+	return sup
+}
