@@ -72,12 +72,14 @@ type cliResult struct {
 	stdout, stderr string
 }
 
-// runBinary runs the binary to completion (bounded at 2 minutes, a hang guard only).
+// runBinary runs the binary to completion (bounded at 5 minutes, a hang guard only; the build is
+// done before the clock starts).
 func runBinary(t *testing.T, env []string, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	bin := cliBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, cliBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = env
 	cmd.Dir = t.TempDir()
 	var out, errb bytes.Buffer
@@ -111,7 +113,7 @@ func startServe(t *testing.T, env []string, args ...string) *serveProc {
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() { p.stop(t) })
 	addrRe := regexp.MustCompile(`(?m)^  address +(\S+)`)
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute) // a hang guard: start-up on a loaded machine is slow
 	for {
 		// The summary is written at once, so its first row means all of it is there.
 		if m := addrRe.FindStringSubmatch(p.stdout.String()); m != nil {
