@@ -71,6 +71,8 @@ func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
 			continue
 		}
 		first = false
+		// The platform accepted the credentials and handed out an endpoint: connected for /readyz.
+		channels.MarkReady(ctx)
 		dialed, err := c.runConnection(ctx, ep, h)
 		if ctx.Err() != nil {
 			break
