@@ -20,13 +20,15 @@ import (
 
 // Store is the narrow persistence the loop needs; *store.Store satisfies it. It is defined here so
 // that another store (e.g. PostgreSQL) can serve the agent without touching it.
+//
+// A run's end is one ConcludeRun: the final answer with its metadata (citations included), the
+// terminal phase and the marker counts commit together, so no crash can separate them (DESIGN §4,
+// atomic record).
 type Store interface {
 	AppendMessage(ctx context.Context, m store.Message) (store.Message, error)
-	ListMessages(ctx context.Context, sessionID string) ([]store.Message, error)
-	MergeMetadata(ctx context.Context, id uint64, patch map[string]json.RawMessage) error
+	ListDialogBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]store.Message, error)
 	CreateRun(ctx context.Context, r store.Run) (store.Run, error)
-	FinishRun(ctx context.Context, id string, phase store.Phase, errMsg string, finalMessageID uint64) (store.Run, error)
-	SetRunMarkers(ctx context.Context, id string, seen, kept, dropped int) error
+	ConcludeRun(ctx context.Context, c store.Conclusion) (store.Run, store.Message, error)
 }
 
 // Limits of a Turn.
@@ -40,6 +42,12 @@ const (
 	maxSessionIDLen = 256
 	// maxHistoryMessages bounds how many earlier USER/ASSISTANT messages are resent to the model.
 	maxHistoryMessages = 40
+	// historyBudget bounds the characters (runes, markers stripped) of the earlier messages resent
+	// to the model: the window holds the newest messages that fit, so a turn costs the same at
+	// message 10 and at message 10,000 of a session.
+	historyBudget = 12000
+	// historyPage is how many dialog messages one store read fetches while filling the window.
+	historyPage = 16
 )
 
 // Errors returned by Submit, matched with errors.Is.
@@ -55,7 +63,7 @@ type Config struct {
 	Store       Store
 	Model       Model
 	Tools       []Tool
-	Hooks       []Hook        // extra hooks; the citation hook is always installed and runs first
+	Hooks       []Hook        // completion hooks; they run after the run's record is committed
 	MaxRounds   int           // model rounds per run, default 8
 	ToolTimeout time.Duration // per tool call, default 30s
 	HookTimeout time.Duration // per hook, default 10s
@@ -66,12 +74,11 @@ type Config struct {
 
 // Agent runs turns: one run at a time per session, in submission order, many sessions at once.
 type Agent struct {
-	cfg      Config
-	log      *slog.Logger
-	citeHook *citationHook
-	hooks    []Hook // citeHook first
-	tools    map[string]Tool
-	specs    []ToolSpec
+	cfg   Config
+	log   *slog.Logger
+	hooks []Hook
+	tools map[string]Tool
+	specs []ToolSpec
 
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
@@ -192,8 +199,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("agent: hook %d is nil", i)
 		}
 	}
-	a.citeHook = newCitationHook(cfg.Store, cfg.Logger)
-	a.hooks = append([]Hook{a.citeHook}, cfg.Hooks...)
+	a.hooks = slices.Clone(cfg.Hooks)
 	a.baseCtx, a.cancelBase = context.WithCancel(context.Background())
 	return a, nil
 }

@@ -1,6 +1,8 @@
 // Package agent runs citegate's agent loop: a Model streams text and tool calls, Tools run, every
-// message is persisted, completion hooks (among them the citation hook) run when the phase is final,
-// and run Events reach subscribers (desktop hub, chat channels, metrics).
+// message is persisted, the run's sources are numbered as their results arrive, and the run ends with
+// one store transaction holding the final answer, its verified citations and the terminal phase.
+// Completion hooks run after that commit, and run Events reach subscribers (desktop hub, chat
+// channels, metrics).
 package agent
 
 import (
@@ -118,14 +120,15 @@ type Tool interface {
 	Call(ctx context.Context, arguments string) (string, error)
 }
 
-// RunResult is what completion hooks see: the run with its terminal phase already persisted, and the
-// run's final ASSISTANT message (nil when there is none).
+// RunResult is what completion hooks see: the run as committed (terminal phase, marker counts), and
+// the run's final ASSISTANT message as stored, citations included (nil when there is none).
 type RunResult struct {
 	Run   store.Run
 	Final *store.Message
 }
 
-// Hook runs after a run's terminal phase is persisted. Errors and panics are logged and isolated.
+// Hook runs after a run's record is committed; it cannot change that record, the run's outcome or its
+// events. Errors and panics are logged and isolated.
 type Hook interface {
 	Name() string
 	AfterRun(ctx context.Context, r RunResult) error

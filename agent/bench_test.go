@@ -6,7 +6,7 @@ import (
 )
 
 // BenchmarkRunExtractive measures one whole offline turn: user message, search round with a fake
-// web_search, extractive answer streamed in small deltas, final message, phase and citation hook,
+// web_search, extractive answer streamed in small deltas, final message, phase and citations in one conclusion,
 // all on a real bbolt store.
 func BenchmarkRunExtractive(b *testing.B) {
 	st := openStoreTB(b)

@@ -8,20 +8,24 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
 )
 
-// markerFailStore is the real store whose marker counters cannot be written.
-type markerFailStore struct{ *store.Store }
+// concludeFailStore is the real store whose first conclusion of a run with an answer fails, as a
+// full disk would make it.
+type concludeFailStore struct{ *store.Store }
 
-func (markerFailStore) SetRunMarkers(context.Context, string, int, int, int) error {
-	return errors.New("counters unavailable")
+func (s concludeFailStore) ConcludeRun(ctx context.Context, c store.Conclusion) (store.Run, store.Message, error) {
+	if c.Final != nil {
+		return store.Run{}, store.Message{}, errors.New("disk full")
+	}
+	return s.Store.ConcludeRun(ctx, c)
 }
 
-// TestCitationsEventFollowsTheRecord: when the citations were stored but recording the marker
-// counts failed, the live view (citations event, Outcome) still shows what the record holds.
-func TestCitationsEventFollowsTheRecord(t *testing.T) {
+// TestLiveViewFollowsTheRecord: when the conclusion (answer, phase, citations) cannot be stored,
+// nothing of it is announced either: no answer.final, no citations event, a FAILED outcome, and the
+// record holds the FAILED run without an answer (never an answer under a FAILED run).
+func TestLiveViewFollowsTheRecord(t *testing.T) {
 	st := openStore(t)
 	sid := newSession(t, st)
 	search, _ := searchTool(hitInvoice)
@@ -30,23 +34,30 @@ func TestCitationsEventFollowsTheRecord(t *testing.T) {
 		textStream("应先红冲再重开。[^1^]"),
 	)
 	rec := &recorder{}
-	a := newAgent(t, Config{Store: markerFailStore{st}, Model: llm.model(t), Tools: []Tool{search}})
+	a := newAgent(t, Config{Store: concludeFailStore{st}, Model: llm.model(t), Tools: []Tool{search}})
 	unsub := a.Subscribe(rec.sink)
 	defer unsub()
 
 	out := run(t, a, sid, "电子发票抬头写错了怎么办？", nil)
-	require.Equal(t, store.PhaseCompleted, out.Phase, out.Error)
-	msg, err := st.GetMessage(context.Background(), out.FinalMessageID)
+	require.Equal(t, store.PhaseFailed, out.Phase)
+	assert.Contains(t, out.Error, "disk full")
+	assert.Empty(t, out.Citations)
+	assert.Zero(t, out.FinalMessageID)
+	evs := rec.all()
+	checkEventOrder(t, evs)
+	for _, ev := range evs {
+		assert.NotEqual(t, EventAnswerFinal, ev.Type)
+		assert.NotEqual(t, EventCitations, ev.Type)
+	}
+	r, err := st.GetRun(context.Background(), evs[0].RunID)
 	require.NoError(t, err)
-	stored := citations.FromMetadata(msg.Metadata)
-	require.Len(t, stored, 1, "the citations were recorded")
-
-	assert.Equal(t, stored, out.Citations)
-	var live []citations.Citation
-	for _, ev := range rec.all() {
-		if ev.Type == EventCitations {
-			live = ev.Citations
+	assert.Equal(t, store.PhaseFailed, r.Phase)
+	assert.Zero(t, r.FinalMessageID)
+	msgs, err := st.ListMessages(context.Background(), sid)
+	require.NoError(t, err)
+	for _, m := range msgs {
+		if m.Role == store.RoleAssistant {
+			assert.NotEmpty(t, m.ToolCalls, "no answer stored: %+v", m)
 		}
 	}
-	assert.Equal(t, stored, live, "the citations event shows what was recorded")
 }

@@ -23,17 +23,6 @@ var (
 	pageGuide  = hit{"红冲操作指南", "https://tax.example.cn/guide", "红字发票信息确认单由购买方或销售方发起。"}
 )
 
-// metaStore is the real store that gives every final ASSISTANT message some metadata of its own,
-// so the test can see that the citation hook merges instead of overwriting.
-type metaStore struct{ *store.Store }
-
-func (m metaStore) AppendMessage(ctx context.Context, msg store.Message) (store.Message, error) {
-	if msg.Role == store.RoleAssistant && len(msg.ToolCalls) == 0 && len(msg.Metadata) == 0 {
-		msg.Metadata = json.RawMessage(`{"channel":"feishu","feedback":{"up":0}}`)
-	}
-	return m.Store.AppendMessage(ctx, msg)
-}
-
 func TestCitationsStoredThroughOpenAILoop(t *testing.T) {
 	st := openStore(t)
 	sid := newSession(t, st)
@@ -48,7 +37,7 @@ func TestCitationsStoredThroughOpenAILoop(t *testing.T) {
 		textStream("抬头错了不能直接改。[", "^1^]\n应先红冲再重开[^", "1^]，确认单可由任一方发起。[^4", "^] 专票可抵扣。[^2^", "] 伪造来源[^9^]，零号[^0^", "]。"),
 	)
 	rec := &recorder{}
-	a := newAgent(t, Config{Store: metaStore{st}, Model: llm.model(t), Tools: []Tool{search, pageTool(map[string]hit{pageGuide.url: pageGuide})}})
+	a := newAgent(t, Config{Store: st, Model: llm.model(t), Tools: []Tool{search, pageTool(map[string]hit{pageGuide.url: pageGuide})}})
 	unsub := a.Subscribe(rec.sink)
 	defer unsub()
 
@@ -66,13 +55,12 @@ func TestCitationsStoredThroughOpenAILoop(t *testing.T) {
 	}
 	require.Equal(t, want, out.Citations)
 
-	// Stored record: exactly the cited entries in n order, other metadata keys kept byte for byte.
+	// Stored record: exactly the cited entries in n order, written with the answer itself.
 	msg, err := st.GetMessage(context.Background(), out.FinalMessageID)
 	require.NoError(t, err)
 	var meta map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(msg.Metadata, &meta))
-	assert.JSONEq(t, `"feishu"`, string(meta["channel"]))
-	assert.Equal(t, `{"up":0}`, string(meta["feedback"]))
+	assert.Len(t, meta, 1, "only the citations key: %s", msg.Metadata)
 	wantJSON, err := json.Marshal(want)
 	require.NoError(t, err)
 	assert.JSONEq(t, string(wantJSON), string(meta["citations"]))

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
@@ -30,6 +32,7 @@ type runState struct {
 	strip citations.Stripper // per run: answer.delta never carries a marker or part of one
 
 	runCreated bool
+	concluded  bool            // a ConcludeRun was attempted
 	callIDs    map[string]bool // tool call ids used in this run
 	roundText  strings.Builder // raw text of the current round (markers kept)
 	finalText  string
@@ -62,6 +65,12 @@ func (rs *runState) safeConclude(phase store.Phase, reason string) {
 		if r := recover(); r != nil {
 			rs.a.log.Error("run conclusion panicked", "run", rs.h.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			rs.out.Phase, rs.out.Error, rs.out.Citations = store.PhaseFailed, rs.a.text().internal, nil
+			if rs.runCreated && !rs.concluded {
+				// Leave no run RUNNING behind a bug: record the failure without an answer.
+				if _, _, err := rs.a.cfg.Store.ConcludeRun(rs.pctx, store.Conclusion{RunID: rs.h.ID, Phase: store.PhaseFailed, Error: rs.out.Error}); err != nil {
+					rs.a.log.Error("persist run phase", "run", rs.h.ID, "err", err)
+				}
+			}
 			if !rs.finishedEmitted {
 				rs.finishedEmitted = true
 				rs.a.emit(rs.h, Event{Type: EventRunFinished, Phase: rs.out.Phase, Error: rs.out.Error})
@@ -77,7 +86,8 @@ func (rs *runState) loop() (store.Phase, string) {
 	a, h, st := rs.a, rs.h, rs.a.cfg.Store
 	txt := a.text()
 
-	history, err := st.ListMessages(rs.pctx, h.SessionID)
+	// The window is read before this turn's USER message is written, so it holds earlier turns only.
+	history, err := rs.historyWindow()
 	if err != nil {
 		rs.emitStarted()
 		return store.PhaseFailed, txt.storeFailed(err)
@@ -97,7 +107,7 @@ func (rs *runState) loop() (store.Phase, string) {
 	rs.runCreated = true
 	rs.emitStarted()
 
-	msgs := append([]ChatMessage{{Role: "system", Content: SystemPrompt(a.cfg.Lang, a.cfg.Now())}}, historyMessages(history)...)
+	msgs := append([]ChatMessage{{Role: "system", Content: SystemPrompt(a.cfg.Lang, a.cfg.Now())}}, history...)
 	msgs = append(msgs, ChatMessage{Role: "user", Content: h.turn.Text})
 
 	for round := 1; ; round++ {
@@ -149,8 +159,9 @@ func (rs *runState) loop() (store.Phase, string) {
 		results := rs.runTools(calls)
 		for i, c := range calls {
 			at := a.cfg.Now()
-			// The same registry function the citation hook uses numbers the sources, so the model's
-			// [^n^] and the verifier's n denote the same source.
+			// The run's registry grows here, as each result arrives, and the same call numbers the
+			// sources handed to the model: the model's [^n^] and the verifier's n denote the same
+			// source, and nothing is re-read or re-parsed when the run concludes.
 			content := rs.reg.Add(citations.ToolResult{Tool: c.Name, CallID: c.ID, Content: results[i].content, At: at})
 			if _, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleTool, Content: content, ToolCallID: c.ID, ToolName: c.Name, CreatedAt: at}); err != nil {
 				return store.PhaseFailed, txt.storeFailed(err)
@@ -274,146 +285,161 @@ func (rs *runState) callTool(c store.ToolCall) toolOutcome {
 	return toolOutcome{content: res.content, ok: !hasErrorKey(res.content)}
 }
 
-// conclude persists the final (or partial) answer and the phase, runs the hooks and emits the
-// closing events.
+// conclude commits the run's record in one store transaction (final or partial answer with its
+// metadata, terminal phase, marker counts), then emits the closing events and runs the completion
+// hooks. Citations are verified before the commit against the registry the run built as its tool
+// results arrived.
 func (rs *runState) conclude(phase store.Phase, reason string) {
-	a, h, st := rs.a, rs.h, rs.a.cfg.Store
-	var final *store.Message
+	a, h := rs.a, rs.h
+	if !rs.runCreated {
+		// Nothing of the run was recorded beyond, at most, the user message.
+		rs.finish(phase, reason, citations.Verification{})
+		return
+	}
+	c := store.Conclusion{RunID: h.ID, Phase: phase, Error: reason}
+	var ver citations.Verification
 	switch {
 	case phase == store.PhaseCompleted:
-		m, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: rs.finalText})
-		if err != nil {
-			a.log.Error("persist final answer", "run", h.ID, "err", err)
-			phase, reason = store.PhaseFailed, a.text().storeFailed(err)
-			break
+		ver = citations.Verify(rs.finalText, &rs.reg)
+		if rs.reg.Overflow > 0 {
+			a.log.Debug("registry cap reached", "run", h.ID, "dropped_sources", rs.reg.Overflow)
 		}
-		final = &m
-	case rs.roundText.Len() > 0 && rs.runCreated:
+		meta, err := answerMetadata(ver)
+		if err != nil {
+			a.log.Error("encode citations", "run", h.ID, "err", err)
+			rs.finishWithoutAnswer(store.PhaseFailed, a.text().internal)
+			return
+		}
+		c.Final = &store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: rs.finalText, Metadata: meta}
+		c.MarkersSeen, c.MarkersKept, c.MarkersDropped = ver.Seen, ver.Kept, ver.Dropped
+	case rs.roundText.Len() > 0:
 		// Partial text of a cancelled or failed run is kept, marked so it is never resent to the
 		// model and never gets citations.
-		m, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: rs.roundText.String(), Metadata: interruptedMetadata})
-		if err != nil {
-			a.log.Error("persist partial answer", "run", h.ID, "err", err)
-			break
-		}
-		final = &m
+		c.Final = &store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: rs.roundText.String(), Metadata: interruptedMetadata}
 	}
-	if final != nil {
+	rs.concluded = true
+	run, final, err := a.cfg.Store.ConcludeRun(rs.pctx, c)
+	if err != nil {
+		a.log.Error("persist run conclusion", "run", h.ID, "phase", phase, "err", err)
+		if phase == store.PhaseCompleted {
+			rs.finishWithoutAnswer(store.PhaseFailed, a.text().storeFailed(err))
+			return
+		}
+		// The partial text is not worth losing the phase over: record the phase alone.
+		rs.finishWithoutAnswer(phase, reason)
+		return
+	}
+	if ver.Dropped > 0 {
+		a.log.Info("dropped citation markers", "run", h.ID, "seen", ver.Seen, "kept", ver.Kept, "dropped", ver.Dropped, "sources", rs.reg.Len())
+	}
+	var fp *store.Message
+	if c.Final != nil {
+		fp = &final
 		rs.out.FinalMessageID = final.ID
 		rs.out.Content = final.Content
 		a.emit(h, Event{Type: EventAnswerFinal, MessageID: final.ID, Content: final.Content})
-	}
-
-	var ver citations.Verification
-	if rs.runCreated {
-		run, err := st.FinishRun(rs.pctx, h.ID, phase, reason, rs.out.FinalMessageID)
-		if err != nil {
-			a.log.Error("persist run phase", "run", h.ID, "phase", phase, "err", err)
-			if phase == store.PhaseCompleted {
-				phase, reason = store.PhaseFailed, a.text().storeFailed(err)
-			}
-			run = store.Run{ID: h.ID, SessionID: h.SessionID, Channel: h.turn.Channel, Phase: phase, Error: reason,
-				UserMessageID: rs.out.UserMessageID, FinalMessageID: rs.out.FinalMessageID}
+		if len(ver.Citations) > 0 {
+			a.emit(h, Event{Type: EventCitations, MessageID: final.ID, Citations: ver.Citations})
 		}
-		ver = rs.runHooks(RunResult{Run: run, Final: final})
 	}
+	rs.runHooks(RunResult{Run: run, Final: fp})
+	rs.finish(phase, reason, ver)
+}
+
+// finishWithoutAnswer records phase without any answer, after the full conclusion could not be
+// stored (a second, smaller transaction; if that fails too the run stays RUNNING until the next
+// start marks it FAILED "interrupted"), and reports it: the live view shows what the record holds.
+func (rs *runState) finishWithoutAnswer(phase store.Phase, reason string) {
+	a, h := rs.a, rs.h
+	rs.concluded = true
+	if _, _, err := a.cfg.Store.ConcludeRun(rs.pctx, store.Conclusion{RunID: h.ID, Phase: phase, Error: reason}); err != nil {
+		a.log.Error("persist run phase", "run", h.ID, "phase", phase, "err", err)
+	}
+	rs.finish(phase, reason, citations.Verification{})
+}
+
+// finish sets the outcome and emits run.finished, the run's last event.
+func (rs *runState) finish(phase store.Phase, reason string, ver citations.Verification) {
 	rs.out.Phase, rs.out.Error = phase, reason
 	rs.out.Citations = ver.Citations
 	rs.finishedEmitted = true
-	a.emit(h, Event{Type: EventRunFinished, Phase: phase, Error: reason,
+	rs.a.emit(rs.h, Event{Type: EventRunFinished, Phase: phase, Error: reason,
 		MarkersSeen: ver.Seen, MarkersKept: ver.Kept, MarkersDropped: ver.Dropped})
 }
 
-// runHooks runs the citation hook (COMPLETED only) and then the extra hooks, each bounded by
-// HookTimeout and isolated from the others. It returns the citation check.
-func (rs *runState) runHooks(rr RunResult) citations.Verification {
-	a, h := rs.a, rs.h
-	var ver citations.Verification
-	if rr.Run.Phase == store.PhaseCompleted && rr.Final != nil {
-		v, err := bounded(rs.pctx, a, a.citeHook.Name(), func(ctx context.Context) (citations.Verification, error) {
-			return a.citeHook.apply(ctx, rr)
-		})
-		ver = v
+// answerMetadata is the final answer's metadata: the verified citations, when there is at least
+// one (DESIGN §4: no valid marker, no key).
+func answerMetadata(ver citations.Verification) (json.RawMessage, error) {
+	if len(ver.Citations) == 0 {
+		return nil, nil
+	}
+	raw, err := json.Marshal(ver.Citations)
+	if err != nil {
+		return nil, fmt.Errorf("encode citations: %w", err)
+	}
+	return json.Marshal(map[string]json.RawMessage{"citations": raw})
+}
+
+// historyWindow returns the conversation the model sees before this turn: the newest USER messages
+// and final ASSISTANT answers that fit in historyBudget characters (at most maxHistoryMessages),
+// oldest first, markers stripped (their numbers referred to earlier runs' sources), interrupted
+// answers and tool traffic left out. It reads the session backwards a page at a time and stops as
+// soon as the window is full, so its cost does not grow with the session.
+func (rs *runState) historyWindow() ([]ChatMessage, error) {
+	var rev []ChatMessage // newest first
+	budget := historyBudget
+	cursor := uint64(0)
+	for len(rev) < maxHistoryMessages {
+		page, err := rs.a.cfg.Store.ListDialogBefore(rs.pctx, rs.h.SessionID, cursor, historyPage)
 		if err != nil {
-			// apply keeps only citations it stored (a timeout or panic returns none): an error in a
-			// later step, such as the marker counts, must not hide citations the record holds.
-			a.log.Warn("citation hook failed", "run", h.ID, "err", err)
+			return nil, err
 		}
-		if len(ver.Citations) > 0 {
-			a.emit(h, Event{Type: EventCitations, MessageID: rr.Final.ID, Citations: ver.Citations})
-		}
-	}
-	for _, hook := range a.hooks[1:] {
-		if err := a.callHook(rs.pctx, hook.Name(), func(ctx context.Context) error { return hook.AfterRun(ctx, rr) }); err != nil {
-			a.log.Warn("completion hook failed", "hook", hook.Name(), "run", h.ID, "err", err)
-		}
-	}
-	return ver
-}
-
-// callHook runs fn with HookTimeout; see bounded.
-func (a *Agent) callHook(parent context.Context, name string, fn func(ctx context.Context) error) error {
-	_, err := bounded(parent, a, name, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
-	return err
-}
-
-// bounded runs fn with HookTimeout. fn runs in its own goroutine so that a hook ignoring its context
-// cannot hold the run (its late result is dropped); a panic in it becomes an error.
-func bounded[T any](parent context.Context, a *Agent, name string, fn func(ctx context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(parent, a.cfg.HookTimeout)
-	defer cancel()
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				a.log.Error("hook panicked", "hook", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				done <- result{err: fmt.Errorf("hook %s panicked: %v", name, r)}
-			}
-		}()
-		v, err := fn(ctx)
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		return zero, fmt.Errorf("hook %s: %w", name, ctx.Err())
-	}
-}
-
-// historyMessages turns a session's earlier messages into model history: USER messages and final
-// ASSISTANT answers, markers stripped (their numbers referred to earlier runs' sources), interrupted
-// answers and tool traffic left out.
-func historyMessages(ms []store.Message) []ChatMessage {
-	var out []ChatMessage
-	for _, m := range ms {
-		var role string
-		switch m.Role {
-		case store.RoleUser:
-			role = "user"
-		case store.RoleAssistant:
-			if len(m.ToolCalls) > 0 || isInterrupted(m.Metadata) {
+		for i := len(page) - 1; i >= 0; i-- {
+			m := page[i]
+			cm, ok := historyMessage(m)
+			if !ok {
 				continue
 			}
-			role = "assistant"
-		default:
-			continue
+			n := utf8.RuneCountInString(cm.Content)
+			if n > budget || len(rev) >= maxHistoryMessages {
+				return reverse(rev), nil
+			}
+			budget -= n
+			rev = append(rev, cm)
 		}
-		content := citations.Strip(m.Content)
-		if strings.TrimSpace(content) == "" {
-			continue
+		if len(page) < historyPage {
+			break
 		}
-		out = append(out, ChatMessage{Role: role, Content: content})
+		cursor = page[0].ID
 	}
-	if len(out) > maxHistoryMessages {
-		out = out[len(out)-maxHistoryMessages:]
+	return reverse(rev), nil
+}
+
+func reverse(ms []ChatMessage) []ChatMessage {
+	slices.Reverse(ms)
+	return ms
+}
+
+// historyMessage turns one stored message into model history; ok is false for messages the model
+// does not get again.
+func historyMessage(m store.Message) (ChatMessage, bool) {
+	var role string
+	switch m.Role {
+	case store.RoleUser:
+		role = "user"
+	case store.RoleAssistant:
+		if len(m.ToolCalls) > 0 || isInterrupted(m.Metadata) {
+			return ChatMessage{}, false
+		}
+		role = "assistant"
+	default:
+		return ChatMessage{}, false
 	}
-	return out
+	content := citations.Strip(m.Content)
+	if strings.TrimSpace(content) == "" {
+		return ChatMessage{}, false
+	}
+	return ChatMessage{Role: role, Content: content}, true
 }
 
 func isInterrupted(meta json.RawMessage) bool {

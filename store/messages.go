@@ -18,65 +18,148 @@ import (
 // A non-empty Metadata must be a JSON object (ErrInvalid otherwise); it is stored compacted. An
 // unknown session is ErrNotFound.
 func (s *Store) AppendMessage(ctx context.Context, m Message) (Message, error) {
-	if err := checkID("session", m.SessionID); err != nil {
+	in, err := s.prepareMessage(m)
+	if err != nil {
 		return Message{}, fmt.Errorf("store: append message: %w", err)
+	}
+	var out Message
+	// Batch is safe here: every run starts from the caller's message and recomputes the id inside
+	// the transaction that commits it, so a retry cannot leave a duplicate behind.
+	err = s.batch(ctx, "append message", func(tx *bolt.Tx) error {
+		var err error
+		out, err = s.appendLocked(tx, in)
+		return err
+	})
+	if err != nil {
+		return Message{}, err
+	}
+	return out, nil
+}
+
+// prepareMessage checks m and puts its metadata and time in stored form, outside any transaction.
+func (s *Store) prepareMessage(m Message) (Message, error) {
+	if err := checkID("session", m.SessionID); err != nil {
+		return Message{}, err
 	}
 	switch m.Role {
 	case RoleUser, RoleAssistant, RoleTool:
 	default:
-		return Message{}, fmt.Errorf("store: append message: %w: unknown role %q", ErrInvalid, m.Role)
+		return Message{}, fmt.Errorf("%w: unknown role %q", ErrInvalid, m.Role)
+	}
+	if m.RunID != "" {
+		if err := checkID("run", m.RunID); err != nil {
+			return Message{}, err
+		}
 	}
 	if len(bytes.TrimSpace(m.Metadata)) == 0 {
 		m.Metadata = nil
 	} else {
 		fields, err := parseObject(m.Metadata)
 		if err != nil {
-			return Message{}, fmt.Errorf("store: append message: %w: metadata must be a JSON object: %w", ErrInvalid, err)
+			return Message{}, fmt.Errorf("%w: metadata must be a JSON object: %w", ErrInvalid, err)
 		}
 		m.Metadata = writeObject(fields)
 	}
-	now := s.nowUTC()
 	if m.CreatedAt.IsZero() {
-		m.CreatedAt = now
+		m.CreatedAt = s.nowUTC()
 	} else {
 		m.CreatedAt = normTime(m.CreatedAt)
 	}
-	in := m
-	var out Message
-	// Batch is safe here: every run starts from the caller's message and recomputes the id inside
-	// the transaction that commits it, so a retry cannot leave a duplicate behind.
-	err := s.batch(ctx, "append message", func(tx *bolt.Tx) error {
-		sessions := tx.Bucket(bucketSessions)
-		var sess Session
-		if err := getJSON(sessions, []byte(in.SessionID), "session", &sess); err != nil {
-			return err
-		}
-		msgs := tx.Bucket(bucketMessages)
-		id, err := msgs.NextSequence()
-		if err != nil {
-			return fmt.Errorf("next message id: %w", err)
-		}
-		msg := in
-		msg.ID = id
-		if err := putJSON(msgs, u64(id), msg); err != nil {
-			return fmt.Errorf("message %d: %w", id, err)
-		}
-		if err := tx.Bucket(bucketSessionMessages).Put(prefixKey(msg.SessionID, u64(id)), nil); err != nil {
-			return fmt.Errorf("index message %d: %w", id, err)
-		}
-		if now.After(sess.UpdatedAt) {
-			sess.UpdatedAt = now
-		}
-		if err := putJSON(sessions, []byte(sess.ID), sess); err != nil {
-			return fmt.Errorf("session %q: %w", sess.ID, err)
-		}
-		out = msg
-		return nil
-	})
-	if err != nil {
+	return m, nil
+}
+
+// appendLocked writes a prepared message with the next id, its session and run index entries, and
+// bumps the session's UpdatedAt. It derives everything from in and the transaction, so a Batch retry
+// recomputes the same result.
+func (s *Store) appendLocked(tx *bolt.Tx, in Message) (Message, error) {
+	sessions := tx.Bucket(bucketSessions)
+	var sess Session
+	if err := getJSON(sessions, []byte(in.SessionID), "session", &sess); err != nil {
 		return Message{}, err
 	}
-	return out, nil
+	msgs := tx.Bucket(bucketMessages)
+	id, err := msgs.NextSequence()
+	if err != nil {
+		return Message{}, fmt.Errorf("next message id: %w", err)
+	}
+	msg := in
+	msg.ID = id
+	if err := putJSON(msgs, u64(id), msg); err != nil {
+		return Message{}, fmt.Errorf("message %d: %w", id, err)
+	}
+	if err := tx.Bucket(bucketSessionMessages).Put(prefixKey(msg.SessionID, u64(id)), []byte{kindOf(msg)}); err != nil {
+		return Message{}, fmt.Errorf("index message %d: %w", id, err)
+	}
+	if msg.RunID != "" {
+		if err := tx.Bucket(bucketRunMessages).Put(prefixKey(msg.RunID, u64(id)), nil); err != nil {
+			return Message{}, fmt.Errorf("index message %d by run: %w", id, err)
+		}
+	}
+	if now := s.nowUTC(); now.After(sess.UpdatedAt) {
+		sess.UpdatedAt = now
+		if err := putJSON(sessions, []byte(sess.ID), sess); err != nil {
+			return Message{}, fmt.Errorf("session %q: %w", sess.ID, err)
+		}
+	}
+	return msg, nil
+}
+
+// Message kinds, stored as the value of a session_messages index entry so that a window of the
+// conversation can skip tool traffic without decoding it. An entry written before schema 2 that was
+// not migrated has no kind (empty value) and is decoded to find out.
+const (
+	kindUser      byte = 'u' // USER
+	kindAnswer    byte = 'a' // ASSISTANT without tool calls (a final or interrupted answer)
+	kindToolCalls byte = 'c' // ASSISTANT with tool calls
+	kindTool      byte = 't' // TOOL
+)
+
+func kindOf(m Message) byte {
+	switch {
+	case m.Role == RoleUser:
+		return kindUser
+	case m.Role == RoleTool:
+		return kindTool
+	case len(m.ToolCalls) > 0:
+		return kindToolCalls
+	default:
+		return kindAnswer
+	}
+}
+
+// migrateV2 fills in what schema 2 added for a file written by schema 1: the kind of every
+// session_messages entry and the run_messages index. It reads every message once; it runs inside
+// Open's transaction, so a failure leaves the file at version 1.
+func migrateV2(tx *bolt.Tx) error {
+	idx := tx.Bucket(bucketSessionMessages)
+	byRun := tx.Bucket(bucketRunMessages)
+	type entry struct {
+		key  []byte
+		kind byte
+	}
+	var kinds []entry
+	c := tx.Bucket(bucketMessages).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		var m Message
+		if len(k) != 8 || json.Unmarshal(v, &m) != nil {
+			continue // a corrupt record stays as it is; GetMessage reports it
+		}
+		kinds = append(kinds, entry{prefixKey(m.SessionID, k), kindOf(m)})
+		if m.RunID != "" {
+			if err := byRun.Put(prefixKey(m.RunID, k), nil); err != nil {
+				return fmt.Errorf("index message %d by run: %w", m.ID, err)
+			}
+		}
+	}
+	for _, e := range kinds {
+		if idx.Get(e.key) == nil {
+			continue // not indexed in its session: leave it out as before
+		}
+		if err := idx.Put(e.key, []byte{e.kind}); err != nil {
+			return fmt.Errorf("message kind: %w", err)
+		}
+	}
+	return nil
 }
 
 // GetMessage returns the message with id, or ErrNotFound.
@@ -100,6 +183,100 @@ func (s *Store) ListMessages(ctx context.Context, sessionID string) ([]Message, 
 		return scanPrefix(tx.Bucket(bucketSessionMessages), sessionID, func(suffix, _ []byte) error {
 			if len(suffix) != 8 {
 				return fmt.Errorf("corrupt message index key for session %q", sessionID)
+			}
+			var m Message
+			if err := getJSON(msgs, suffix, "message", &m); err != nil {
+				return err
+			}
+			out = append(out, m)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListMessagesBefore returns up to limit of a session's messages with ids below beforeID (0: no
+// bound), the newest ones, in ascending id order; the next older page is ListMessagesBefore(…,
+// out[0].ID, …). It reads the session's index backwards from the cursor, so its cost depends on
+// limit, not on the session's length. limit ≤ 0 is ErrInvalid; an unknown session is ErrNotFound.
+func (s *Store) ListMessagesBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]Message, error) {
+	return s.listBefore(ctx, "list messages before", sessionID, beforeID, limit, nil)
+}
+
+// ListDialogBefore is ListMessagesBefore restricted to the conversation itself: USER messages and
+// ASSISTANT messages without tool calls (final or interrupted answers). Tool traffic is skipped
+// without being decoded, which is what keeps a model's history window cheap in long sessions.
+func (s *Store) ListDialogBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]Message, error) {
+	return s.listBefore(ctx, "list dialog before", sessionID, beforeID, limit, func(kind byte) bool {
+		return kind == kindUser || kind == kindAnswer
+	})
+}
+
+// listBefore implements the backward page reads. keep, when set, selects entries by their kind; an
+// entry without a kind (a schema-1 leftover) is decoded and classified.
+func (s *Store) listBefore(ctx context.Context, op, sessionID string, beforeID uint64, limit int, keep func(kind byte) bool) ([]Message, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("store: %s: %w: limit must be positive", op, ErrInvalid)
+	}
+	out := []Message{}
+	err := s.view(ctx, op, func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketSessions).Get([]byte(sessionID)) == nil {
+			return fmt.Errorf("session %q: %w", sessionID, ErrNotFound)
+		}
+		msgs := tx.Bucket(bucketMessages)
+		p := prefixKey(sessionID, nil)
+		c := tx.Bucket(bucketSessionMessages).Cursor()
+		var k, v []byte
+		if beforeID == 0 {
+			// "<prefix>\x01" sorts right after every "<prefix>\x00…" key.
+			k, v = c.Seek(append([]byte(sessionID), 1))
+		} else {
+			k, v = c.Seek(prefixKey(sessionID, u64(beforeID)))
+		}
+		if k == nil {
+			k, v = c.Last()
+		} else {
+			k, v = c.Prev()
+		}
+		for ; k != nil && bytes.HasPrefix(k, p) && len(out) < limit; k, v = c.Prev() {
+			suffix := k[len(p):]
+			if len(suffix) != 8 {
+				return fmt.Errorf("corrupt message index key for session %q", sessionID)
+			}
+			if keep != nil && len(v) == 1 && !keep(v[0]) {
+				continue
+			}
+			var m Message
+			if err := getJSON(msgs, suffix, "message", &m); err != nil {
+				return err
+			}
+			if keep != nil && len(v) != 1 && !keep(kindOf(m)) {
+				continue
+			}
+			out = append(out, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+// ListRunMessages returns the messages of one run in ascending id order through the run → messages
+// index, without reading the rest of its session (empty slice for an unknown run or one without
+// messages).
+func (s *Store) ListRunMessages(ctx context.Context, runID string) ([]Message, error) {
+	out := []Message{}
+	err := s.view(ctx, "list run messages", func(tx *bolt.Tx) error {
+		msgs := tx.Bucket(bucketMessages)
+		return scanPrefix(tx.Bucket(bucketRunMessages), runID, func(suffix, _ []byte) error {
+			if len(suffix) != 8 {
+				return fmt.Errorf("corrupt message index key for run %q", runID)
 			}
 			var m Message
 			if err := getJSON(msgs, suffix, "message", &m); err != nil {

@@ -91,6 +91,77 @@ func (s *Store) FinishRun(ctx context.Context, id string, phase Phase, errMsg st
 	return out, nil
 }
 
+// ConcludeRun ends a RUNNING run in one transaction: it appends c.Final (when set) as the run's
+// final message, moves the run to c.Phase with c.Error, the final message's id, the marker counts and
+// EndedAt, and takes it off the running list. Either all of it is stored or none of it, so after a
+// crash a final answer never sits under a RUNNING (recovered as FAILED) run, and a COMPLETED run
+// always has the metadata its answer was written with. It returns the run and the stored final
+// message (zero when c.Final is nil).
+//
+// A non-terminal phase, negative counts, or a Final that is not an ASSISTANT message of this run are
+// ErrInvalid; a run that already finished is ErrConflict (nothing is written); an unknown run is
+// ErrNotFound.
+func (s *Store) ConcludeRun(ctx context.Context, c Conclusion) (Run, Message, error) {
+	op := fmt.Sprintf("conclude run %q", c.RunID)
+	if !c.Phase.Terminal() {
+		return Run{}, Message{}, fmt.Errorf("store: %s: %w: phase %q is not terminal", op, ErrInvalid, c.Phase)
+	}
+	if c.MarkersSeen < 0 || c.MarkersKept < 0 || c.MarkersDropped < 0 {
+		return Run{}, Message{}, fmt.Errorf("store: %s: %w: negative marker count", op, ErrInvalid)
+	}
+	var final Message
+	if c.Final != nil {
+		if c.Final.Role != RoleAssistant || len(c.Final.ToolCalls) > 0 || c.Final.RunID != c.RunID {
+			return Run{}, Message{}, fmt.Errorf("store: %s: %w: the final message must be an ASSISTANT answer of this run", op, ErrInvalid)
+		}
+		var err error
+		if final, err = s.prepareMessage(*c.Final); err != nil {
+			return Run{}, Message{}, fmt.Errorf("store: %s: %w", op, err)
+		}
+	}
+	var outRun Run
+	var outMsg Message
+	// Batch is safe: a retry starts again from the run record and the prepared message inside a
+	// transaction whose earlier attempt was rolled back, so it assigns one id and finishes once.
+	err := s.batch(ctx, op, func(tx *bolt.Tx) error {
+		runs := tx.Bucket(bucketRuns)
+		var r Run
+		if err := getJSON(runs, []byte(c.RunID), "run", &r); err != nil {
+			return err
+		}
+		if r.Phase.Terminal() {
+			return fmt.Errorf("run %q already finished as %s: %w", c.RunID, r.Phase, ErrConflict)
+		}
+		var m Message
+		if c.Final != nil {
+			if final.SessionID != r.SessionID {
+				return fmt.Errorf("%w: final message of session %q for a run of session %q", ErrInvalid, final.SessionID, r.SessionID)
+			}
+			var err error
+			if m, err = s.appendLocked(tx, final); err != nil {
+				return err
+			}
+		}
+		r.Phase = c.Phase
+		r.Error = c.Error
+		r.FinalMessageID = m.ID
+		r.MarkersSeen, r.MarkersKept, r.MarkersDropped = c.MarkersSeen, c.MarkersKept, c.MarkersDropped
+		r.EndedAt = s.nowUTC()
+		if err := putJSON(runs, []byte(c.RunID), r); err != nil {
+			return fmt.Errorf("run %q: %w", c.RunID, err)
+		}
+		if err := tx.Bucket(bucketRunning).Delete([]byte(c.RunID)); err != nil {
+			return fmt.Errorf("run %q: %w", c.RunID, err)
+		}
+		outRun, outMsg = r, m
+		return nil
+	})
+	if err != nil {
+		return Run{}, Message{}, err
+	}
+	return outRun, outMsg, nil
+}
+
 // SetRunMarkers records a run's citation marker counts (seen in the final content, kept after
 // verification, dropped). Negative counts are ErrInvalid; an unknown run is ErrNotFound.
 func (s *Store) SetRunMarkers(ctx context.Context, id string, seen, kept, dropped int) error {

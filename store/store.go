@@ -22,8 +22,9 @@ import (
 )
 
 // schemaVersion is the layout version this code writes. Opening a file written by a newer citegate
-// fails instead of silently misreading it.
-const schemaVersion = 1
+// fails instead of silently misreading it. Version 2 added the run → messages index and the kind
+// byte in session_messages values; Open fills both in for a version-1 file (migrateV2).
+const schemaVersion = 2
 
 // defaultTimeout bounds the wait for the file lock so a second process fails fast instead of hanging.
 const defaultTimeout = time.Second
@@ -45,7 +46,8 @@ var (
 	bucketUserSessions    = []byte("user_sessions")    // userID\x00sessionID → ""
 	bucketConversations   = []byte("conversations")    // conversation key → session id
 	bucketMessages        = []byte("messages")         // big-endian id → Message
-	bucketSessionMessages = []byte("session_messages") // sessionID\x00 big-endian id → ""
+	bucketSessionMessages = []byte("session_messages") // sessionID\x00 big-endian id → message kind (one byte, see kindOf)
+	bucketRunMessages     = []byte("run_messages")     // runID\x00 big-endian id → ""
 	bucketRuns            = []byte("runs")             // run id → Run
 	bucketSessionRuns     = []byte("session_runs")     // sessionID\x00 big-endian seq → run id
 	bucketRunning         = []byte("running_runs")     // run id → "" while RUNNING (crash recovery)
@@ -59,7 +61,7 @@ var (
 	allBuckets = [][]byte{
 		bucketMeta, bucketSessions, bucketUserSessions, bucketConversations, bucketMessages,
 		bucketSessionMessages, bucketRuns, bucketSessionRuns, bucketRunning, bucketUsers,
-		bucketUserTokens, bucketUserNames, bucketShares, bucketSeen, bucketUserShares,
+		bucketUserTokens, bucketUserNames, bucketShares, bucketSeen, bucketUserShares, bucketRunMessages,
 	}
 
 	keySchemaVersion = []byte("schema_version")
@@ -140,6 +142,11 @@ func (s *Store) init() error {
 			if v > schemaVersion {
 				return fmt.Errorf("database schema version %d is newer than this citegate supports (%d): "+
 					"upgrade citegate or use a different --data directory", v, schemaVersion)
+			}
+			if v < 2 {
+				if err := migrateV2(tx); err != nil {
+					return fmt.Errorf("upgrade schema %d → 2: %w", v, err)
+				}
 			}
 		}
 		if err := meta.Put(keySchemaVersion, []byte(strconv.Itoa(schemaVersion))); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func TestOpenLockedFailsFast(t *testing.T) {
 func TestOpenRefusesNewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "citegate.db")
 	s := openAt(t, path, nil)
-	assert.Equal(t, []byte("1"), rawGet(t, s, bucketMeta, keySchemaVersion))
+	assert.Equal(t, []byte(strconv.Itoa(schemaVersion)), rawGet(t, s, bucketMeta, keySchemaVersion))
 	rawPut(t, s, bucketMeta, keySchemaVersion, []byte("99"))
 	require.NoError(t, s.Close())
 

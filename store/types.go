@@ -95,6 +95,21 @@ type Run struct {
 	MarkersDropped int       `json:"markersDropped"`
 }
 
+// Conclusion is everything the end of a run writes; ConcludeRun commits it in one transaction so
+// that no crash can separate a final answer from its run's phase or from its citations.
+type Conclusion struct {
+	RunID string
+	Phase Phase // terminal
+	Error string
+	// Final, when set, is appended as the run's last ASSISTANT message (the answer of a COMPLETED
+	// run, or the partial text of one that did not complete) with its metadata as given, citations
+	// included. Its ID and CreatedAt are assigned as by AppendMessage; SessionID and RunID must be
+	// the run's.
+	Final *Message
+	// Citation marker counts of the final answer (seen, kept after verification, dropped).
+	MarkersSeen, MarkersKept, MarkersDropped int
+}
+
 // User is a desktop/API user. Its access token is stored only as a hash.
 type User struct {
 	ID        string    `json:"id"`
