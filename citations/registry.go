@@ -1,11 +1,10 @@
 package citations
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -73,16 +72,9 @@ func (r *Registry) Lookup(n int) (Source, bool) {
 	return r.sources[n-1], true
 }
 
-// webSearchResult and openWebPageResult are the success shapes of DESIGN §4. Fields are decoded
-// loosely (json.RawMessage) so that a wrong type in one field only disqualifies that entry.
-type webSearchResult struct {
-	Title   json.RawMessage `json:"title"`
-	URL     json.RawMessage `json:"url"`
-	Content json.RawMessage `json:"content"`
-}
-
-// Add parses one tool result, appends its new sources and returns the content to hand to the model:
-// the same JSON with a "ref" number on every source that has one. Results of other tools, failure
+// Add parses one tool result (once), appends its new sources and returns the content to hand to the
+// model: the same bytes with a "ref" number spliced into every source that has one (and a "ref" of
+// its own taken out of every one that has none). Results of other tools, failure
 // shapes, non-JSON and other shapes add nothing and come back unchanged. Adding an already annotated
 // result gives the same numbers, so the hook can rebuild the registry from stored TOOL messages.
 func (r *Registry) Add(res ToolResult) string {
@@ -95,55 +87,160 @@ func (r *Registry) Add(res ToolResult) string {
 	return res.Content
 }
 
+// addWebSearch reads a web_search result in one pass (see jsonscan.go) and splices a "ref" into
+// each result object that has a registry number.
 func (r *Registry) addWebSearch(res ToolResult) string {
-	var top map[string]json.RawMessage
-	if !decodeObject(res.Content, &top) {
-		return res.Content
-	}
-	if _, failed := top["error"]; failed {
-		return res.Content
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(top["results"], &items); err != nil {
-		return res.Content
-	}
-	changed := false
-	for i, raw := range items {
-		var item map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &item); err != nil {
-			continue
+	content := res.Content
+	var results jsSpan
+	hasResults, failed := false, false
+	if !topObject(content, func(m jsMember) {
+		switch m.key {
+		case "error":
+			failed = true
+		case "results":
+			results, hasResults = m.val, true // the last duplicate wins, as in encoding/json
 		}
-		u, title, excerpt := jsonString(item["url"]), jsonString(item["title"]), jsonString(item["content"])
+	}) || failed || !hasResults || content[results.start] != '[' {
+		return content
+	}
+	var ed edits
+	p := jsScanner{s: content, i: results.start, ok: true}
+	p.array(1, func(v jsSpan) {
+		if content[v.start] != '{' {
+			return
+		}
+		var u, title, excerpt string
+		var refs []jsMember
+		var members int
+		q := jsScanner{s: content, i: v.start, ok: true}
+		q.object(1, func(m jsMember) {
+			members++
+			switch m.key {
+			case "url":
+				u, _ = stringValue(content, m.val)
+			case "title":
+				title, _ = stringValue(content, m.val)
+			case "content":
+				excerpt, _ = stringValue(content, m.val)
+			case "ref":
+				refs = append(refs, m)
+			}
+		})
 		n := r.add(Source{URL: u, Title: title, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, Excerpt: excerpt, At: res.At})
-		if setRef(item, n) {
-			items[i] = mustMarshal(item)
-			changed = true
-		}
-	}
-	if !changed {
-		return res.Content
-	}
-	top["results"] = mustMarshal(items)
-	return string(mustMarshal(top))
+		ed.setRef(content, v, refs, members, n)
+	})
+	return ed.apply(content)
 }
 
+// addOpenWebPage reads an open_web_page result in one pass. It is a source only when its content is
+// a string (truncated or not): null, a number or an object is not a page the model read.
 func (r *Registry) addOpenWebPage(res ToolResult) string {
-	var top map[string]json.RawMessage
-	if !decodeObject(res.Content, &top) {
-		return res.Content
+	content := res.Content
+	var u, title, excerpt string
+	failed, isPage := false, false
+	var refs []jsMember
+	var members int
+	var top jsSpan
+	if !topObject(content, func(m jsMember) {
+		members++
+		switch m.key {
+		case "error":
+			failed = true
+		case "url":
+			u, _ = stringValue(content, m.val)
+		case "title":
+			title, _ = stringValue(content, m.val)
+		case "content":
+			excerpt, isPage = stringValue(content, m.val)
+		case "ref":
+			refs = append(refs, m)
+		}
+	}) || failed || !isPage {
+		return content
 	}
-	if _, failed := top["error"]; failed {
-		return res.Content
+	top.start = strings.IndexByte(content, '{')
+	top.end = strings.LastIndexByte(content, '}') + 1
+	n := r.add(Source{URL: u, Title: title, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, Excerpt: excerpt, At: res.At})
+	var ed edits
+	ed.setRef(content, top, refs, members, n)
+	return ed.apply(content)
+}
+
+// edits are byte replacements in a text, in ascending order and not overlapping.
+type edits []edit
+
+type edit struct {
+	at   jsSpan
+	with string
+}
+
+// setRef plans the splice that gives the object at obj the member "ref": n (no "ref" when n is 0).
+// An object that already holds exactly that (an annotated result read again) is left as it is; one
+// without "ref" gets it inserted before its closing brace; otherwise the object is rewritten from
+// its members' own bytes without the old "ref"s. Nothing is decoded and encoded again.
+func (ed *edits) setRef(s string, obj jsSpan, refs []jsMember, members, n int) {
+	want := ""
+	if n > 0 {
+		want = strconv.Itoa(n)
 	}
-	var content string
-	if err := json.Unmarshal(top["content"], &content); err != nil || top["content"] == nil {
-		return res.Content // success requires a string content
+	switch {
+	case len(refs) == 0 && n == 0:
+		return
+	case len(refs) == 1 && s[refs[0].val.start:refs[0].val.end] == want:
+		return
+	case len(refs) == 0:
+		sep := ","
+		if members == 0 {
+			sep = ""
+		}
+		*ed = append(*ed, edit{at: jsSpan{obj.end - 1, obj.end - 1}, with: sep + `"ref":` + want})
+		return
 	}
-	n := r.add(Source{URL: jsonString(top["url"]), Title: jsonString(top["title"]), Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, Excerpt: content, At: res.At})
-	if !setRef(top, n) {
-		return res.Content
+	// Rare: a "ref" the tool or a page put there, a wrong one, or several. Keep every other member's
+	// bytes and append the right one.
+	var b strings.Builder
+	b.WriteByte('{')
+	first := true
+	p := jsScanner{s: s, i: obj.start, ok: true}
+	p.object(1, func(m jsMember) {
+		if m.key == "ref" {
+			return
+		}
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteString(s[m.start:m.val.end])
+	})
+	if n > 0 {
+		if !first {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"ref":` + want)
 	}
-	return string(mustMarshal(top))
+	b.WriteByte('}')
+	*ed = append(*ed, edit{at: obj, with: b.String()})
+}
+
+// apply returns s with the edits made (s itself when there are none).
+func (ed edits) apply(s string) string {
+	if len(ed) == 0 {
+		return s
+	}
+	var b strings.Builder
+	grow := len(s)
+	for _, e := range ed {
+		grow += len(e.with)
+	}
+	b.Grow(grow)
+	last := 0
+	for _, e := range ed {
+		b.WriteString(s[last:e.at.start])
+		b.WriteString(e.with)
+		last = e.at.end
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }
 
 // add appends s when its URL is valid and new and the cap allows, returning its registry number
@@ -169,24 +266,6 @@ func (r *Registry) add(s Source) int {
 	r.sources = append(r.sources, s)
 	r.byURL[u] = s.N
 	return s.N
-}
-
-// setRef writes "ref": n into obj; it reports whether obj changed.
-func setRef(obj map[string]json.RawMessage, n int) bool {
-	old, had := obj["ref"]
-	if n == 0 {
-		if had {
-			delete(obj, "ref")
-			return true
-		}
-		return false
-	}
-	v := mustMarshal(n)
-	if had && bytes.Equal(old, v) {
-		return false
-	}
-	obj["ref"] = v
-	return true
 }
 
 // NormalizeURL accepts only absolute http(s) URLs with a host and returns them trimmed.
@@ -221,29 +300,4 @@ func cleanTitle(t string) string {
 func Digest(excerpt string) string {
 	sum := sha256.Sum256([]byte(excerpt))
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-func decodeObject(s string, v *map[string]json.RawMessage) bool {
-	t := strings.TrimSpace(s)
-	if !strings.HasPrefix(t, "{") {
-		return false
-	}
-	return json.Unmarshal([]byte(t), v) == nil && *v != nil
-}
-
-func jsonString(raw json.RawMessage) string {
-	var s string
-	if raw == nil || json.Unmarshal(raw, &s) != nil {
-		return ""
-	}
-	return s
-}
-
-func mustMarshal(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Values here come from json.Unmarshal or are ints; re-marshalling them cannot fail.
-		return json.RawMessage("null")
-	}
-	return b
 }
