@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// This file is a small strict JSON jsScanner for tool results. The registry reads each result once:
+// This file is a small strict JSON scanner for tool results. The registry reads each result once:
 // it validates the whole document with the grammar encoding/json accepts (so a result that
 // encoding/json rejects adds nothing, as before), finds the few members it needs by their byte
 // spans, decodes only those strings, and splices "ref" numbers into the original bytes. Decoding a
@@ -20,8 +20,8 @@ const maxJSONDepth = 10000
 // jsSpan is a half-open byte range [start, end) of the scanned text.
 type jsSpan struct{ start, end int }
 
-// jsMember is one jsMember of a JSON object: the key as decoded, the key's start (its opening quote)
-// and the value's jsSpan.
+// jsMember is one member of a JSON object: the key as decoded, the key's start (its opening quote)
+// and the value's span.
 type jsMember struct {
 	key   string
 	start int
@@ -178,8 +178,8 @@ func isHex4(s string) bool {
 	return true
 }
 
-// object scans an object starting at '{'. When visit is set it is called for every jsMember in
-// document order after the jsMember's value was scanned.
+// object scans an object starting at '{'. When visit is set it is called for every member in
+// document order after the member's value was scanned.
 func (p *jsScanner) object(depth int, visit func(m jsMember)) bool {
 	if depth > maxJSONDepth {
 		return p.fail()
@@ -233,7 +233,7 @@ func (p *jsScanner) object(depth int, visit func(m jsMember)) bool {
 	}
 }
 
-// array scans an array starting at '['. When visit is set it is called with every element's jsSpan.
+// array scans an array starting at '['. When visit is set it is called with every element's span.
 func (p *jsScanner) array(depth int, visit func(v jsSpan)) bool {
 	if depth > maxJSONDepth {
 		return p.fail()
@@ -349,6 +349,6 @@ func decodeString(raw string, escaped bool) string {
 }
 
 func hex4(s string) rune {
-	v, _ := strconv.ParseUint(s, 16, 32) // validated by the jsScanner
+	v, _ := strconv.ParseUint(s, 16, 32) // validated by the scanner
 	return rune(v)
 }
