@@ -136,6 +136,7 @@ type Outcome struct {
 	FinalMessageID uint64
 	Content        string               // final raw content (markers kept)
 	Citations      []citations.Citation // verified, n order; empty unless COMPLETED with valid markers
+	LinksHidden    int                  // URLs of the final answer hidden by the link rule
 }
 
 // New checks cfg, fills defaults and returns an Agent ready to take turns.

@@ -48,7 +48,8 @@ type Event struct {
 	Arguments string `json:"arguments,omitempty"`
 	OK        bool   `json:"ok,omitempty"`
 
-	// answer.delta: Text is already marker-free (citations.Stripper output).
+	// answer.delta: Text is already marker-free (citations.Stripper output) and shows no URL the run
+	// did not see (citations.LinkFilter output).
 	Text string `json:"text,omitempty"`
 
 	// answer.final / citations: the final ASSISTANT message; Content keeps the raw markers.
@@ -62,6 +63,8 @@ type Event struct {
 	MarkersSeen    int         `json:"-"`
 	MarkersKept    int         `json:"-"`
 	MarkersDropped int         `json:"-"`
+	// LinksHidden counts the URLs of the final answer the link rule hid (DESIGN §4).
+	LinksHidden int `json:"-"`
 }
 
 // Sink receives the events of one run. It is called from the run's goroutine in event order and

@@ -30,6 +30,13 @@ type runState struct {
 
 	reg   citations.Registry // the run's sources, numbered as the model sees them
 	strip citations.Stripper // per run: answer.delta never carries a marker or part of one
+	// links is the set of URLs an answer of this run may show (DESIGN §4, link rule): the registry's
+	// URLs, every URL in the run's tool results and in the user's text (this turn and the user
+	// messages of the history window; older user messages are outside the window by design, so a URL
+	// the user gave long ago no longer vouches for itself). lf applies it to the stream after the
+	// Stripper, so answer.delta never shows an unverified URL either.
+	links *citations.LinkSet
+	lf    *citations.LinkFilter
 
 	runCreated bool
 	concluded  bool            // a ConcludeRun was attempted
@@ -44,7 +51,8 @@ type runState struct {
 // execute runs one turn to its end. It never panics: a panic anywhere becomes a FAILED run, and
 // run.finished is always emitted.
 func (a *Agent) execute(h *RunHandle) Outcome {
-	rs := &runState{a: a, h: h, ctx: h.ctx, pctx: context.WithoutCancel(h.ctx), callIDs: map[string]bool{}}
+	rs := &runState{a: a, h: h, ctx: h.ctx, pctx: context.WithoutCancel(h.ctx), callIDs: map[string]bool{}, links: citations.NewLinkSet()}
+	rs.lf = citations.NewLinkFilter(rs.links.Allows)
 	phase, reason := rs.safeLoop()
 	rs.safeConclude(phase, reason)
 	return rs.out
@@ -98,6 +106,12 @@ func (rs *runState) loop() (store.Phase, string) {
 		return store.PhaseFailed, txt.storeFailed(err)
 	}
 	rs.out.UserMessageID = user.ID
+	rs.links.AddText(h.turn.Text)
+	for _, m := range history {
+		if m.Role == "user" {
+			rs.links.AddText(m.Content)
+		}
+	}
 	// The user message is written first so that the run record can point at it; a crash in between
 	// leaves a user message without an answer, which is what the user would see anyway.
 	if _, err := st.CreateRun(rs.pctx, store.Run{ID: h.ID, SessionID: h.SessionID, Channel: h.turn.Channel, UserMessageID: user.ID}); err != nil {
@@ -163,11 +177,15 @@ func (rs *runState) loop() (store.Phase, string) {
 			// sources handed to the model: the model's [^n^] and the verifier's n denote the same
 			// source, and nothing is re-read or re-parsed when the run concludes.
 			content := rs.reg.Add(citations.ToolResult{Tool: c.Name, CallID: c.ID, Content: results[i].content, At: at})
+			rs.links.AddText(results[i].content)
 			if _, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleTool, Content: content, ToolCallID: c.ID, ToolName: c.Name, CreatedAt: at}); err != nil {
 				return store.PhaseFailed, txt.storeFailed(err)
 			}
 			a.emit(h, Event{Type: EventToolFinished, CallID: c.ID, Tool: c.Name, OK: results[i].ok})
 			msgs = append(msgs, ChatMessage{Role: "tool", Content: content, ToolCallID: c.ID, Name: c.Name})
+		}
+		for _, src := range rs.reg.Sources() {
+			rs.links.AddURL(src.URL)
 		}
 	}
 }
@@ -184,7 +202,7 @@ func (rs *runState) generate(msgs []ChatMessage) (resp ModelResponse, err error)
 			return
 		}
 		rs.roundText.WriteString(d)
-		if out := rs.strip.Push(d); out != "" {
+		if out := rs.lf.Push(rs.strip.Push(d)); out != "" {
 			rs.a.emit(rs.h, Event{Type: EventAnswerDelta, Text: out})
 		}
 	}
@@ -205,7 +223,7 @@ func (rs *runState) generate(msgs []ChatMessage) (resp ModelResponse, err error)
 	// that calls tools could still join the next round's text into a marker ("[^1" + "^]"): keep it.
 	// Only when the text has ended for good (final round, or an error) is it released.
 	if err != nil || len(resp.ToolCalls) == 0 {
-		if out := rs.strip.Flush(); out != "" {
+		if out := rs.lf.Push(rs.strip.Flush()) + rs.lf.Flush(); out != "" {
 			rs.a.emit(rs.h, Event{Type: EventAnswerDelta, Text: out})
 		}
 	}
@@ -304,7 +322,9 @@ func (rs *runState) conclude(phase store.Phase, reason string) {
 		if rs.reg.Overflow > 0 {
 			a.log.Debug("registry cap reached", "run", h.ID, "dropped_sources", rs.reg.Overflow)
 		}
-		meta, err := answerMetadata(ver)
+		_, hidden, shown := citations.FilterLinks(rs.finalText, rs.links.Allows)
+		rs.out.LinksHidden = hidden
+		meta, err := answerMetadata(ver, hidden, shown)
 		if err != nil {
 			a.log.Error("encode citations", "run", h.ID, "err", err)
 			rs.finishWithoutAnswer(store.PhaseFailed, a.text().internal)
@@ -364,20 +384,38 @@ func (rs *runState) finish(phase store.Phase, reason string, ver citations.Verif
 	rs.out.Citations = ver.Citations
 	rs.finishedEmitted = true
 	rs.a.emit(rs.h, Event{Type: EventRunFinished, Phase: phase, Error: reason,
-		MarkersSeen: ver.Seen, MarkersKept: ver.Kept, MarkersDropped: ver.Dropped})
+		MarkersSeen: ver.Seen, MarkersKept: ver.Kept, MarkersDropped: ver.Dropped, LinksHidden: rs.out.LinksHidden})
 }
 
 // answerMetadata is the final answer's metadata: the verified citations, when there is at least
-// one (DESIGN §4: no valid marker, no key).
-func answerMetadata(ver citations.Verification) (json.RawMessage, error) {
-	if len(ver.Citations) == 0 {
+// one (DESIGN §4: no valid marker, no key), and the link decision when the answer shows any URL
+// outside code: {"hidden": n, "allowed": [the verified URLs it shows]}, so that every renderer
+// applies the same rule from the record.
+func answerMetadata(ver citations.Verification, hidden int, shown []string) (json.RawMessage, error) {
+	meta := map[string]any{}
+	if len(ver.Citations) > 0 {
+		meta["citations"] = ver.Citations
+	}
+	if hidden > 0 || len(shown) > 0 {
+		if shown == nil {
+			shown = []string{}
+		}
+		meta["links"] = linkDecision{Hidden: hidden, Allowed: shown}
+	}
+	if len(meta) == 0 {
 		return nil, nil
 	}
-	raw, err := json.Marshal(ver.Citations)
+	raw, err := json.Marshal(meta)
 	if err != nil {
-		return nil, fmt.Errorf("encode citations: %w", err)
+		return nil, fmt.Errorf("encode answer metadata: %w", err)
 	}
-	return json.Marshal(map[string]json.RawMessage{"citations": raw})
+	return raw, nil
+}
+
+// linkDecision is metadata.links of a final answer.
+type linkDecision struct {
+	Hidden  int      `json:"hidden"`
+	Allowed []string `json:"allowed"`
 }
 
 // historyWindow returns the conversation the model sees before this turn: the newest USER messages

@@ -49,12 +49,19 @@ func TestLinkRuleLiveAnswer(t *testing.T) {
 		assert.Contains(t, html, citations.HiddenLinkNotice, where+": the bare URL becomes the notice")
 		assert.Contains(t, html, `href="https://example.com/a"`, where+": the verified link works")
 	}
-	// answer.final is rendered under the rule recorded with the answer at that moment: until the
-	// record holds the citations (or metadata.links) the cited URL may still be hidden there; the
-	// citations frame that follows shows it. What never happens is an unverified URL.
-	assert.NotContains(t, htmls["answer.final"], evilHost)
-	assert.Contains(t, htmls["answer.final"], "请看官网")
-	assert.Contains(t, htmls["answer.final"], citations.HiddenLinkNotice)
+	// The answer, its citations and its link decision commit together, so answer.final already
+	// renders under the full rule: the verified link works, the unverified ones are gone.
+	check("answer.final", htmls["answer.final"])
+	var streamed strings.Builder
+	for _, f := range frames {
+		if f["type"] == "answer.delta" {
+			streamed.WriteString(f["text"].(string))
+		}
+	}
+	assert.NotContains(t, streamed.String(), evilHost, "answer.delta never shows an unverified URL")
+	assert.Contains(t, streamed.String(), citations.HiddenLinkNotice)
+	_, _, metricsBody := e.do("GET", "/metrics", "", nil)
+	assert.Equal(t, 2.0, metricValue(t, metricsBody, `citegate_links_hidden_total{channel="desktop",model="`+e.ag.ModelName()+`"}`))
 	check("citations", htmls["citations"])
 
 	ws.send(map[string]any{"type": "session.open", "sessionId": sid})

@@ -13,6 +13,7 @@ type runState struct {
 	content   string
 	messageID uint64
 	cits      int
+	model     string
 }
 
 // runTracker keeps per-run state for the hub and records the run metrics. It sees every run of
@@ -47,7 +48,7 @@ func (t *runTracker) track(ev agent.Event) {
 	defer t.mu.Unlock()
 	switch ev.Type {
 	case agent.EventRunStarted:
-		t.runs[ev.RunID] = &runState{}
+		t.runs[ev.RunID] = &runState{model: ev.Model}
 	case agent.EventAnswerFinal:
 		st := t.runs[ev.RunID]
 		if st == nil {
@@ -70,6 +71,15 @@ func (t *runTracker) track(ev agent.Event) {
 		t.m.markers.WithLabelValues("seen").Add(float64(ev.MarkersSeen))
 		t.m.markers.WithLabelValues("kept").Add(float64(ev.MarkersKept))
 		t.m.markers.WithLabelValues("dropped").Add(float64(ev.MarkersDropped))
+		// Chat channels count the links their reply pump hid (it applies the rule to what it sends);
+		// the desktop shows the agent's own stream and the record's decision, counted here.
+		if ch == "desktop" && ev.LinksHidden > 0 && t.m.linksHidden != nil {
+			model := "unknown"
+			if st != nil && st.model != "" {
+				model = st.model
+			}
+			t.m.linksHidden.WithLabelValues(model, ch).Add(float64(ev.LinksHidden))
+		}
 		if ev.Phase == store.PhaseCompleted {
 			n := 0
 			if st != nil {
