@@ -86,11 +86,12 @@ func TestServeShutdownEndsOpenCards(t *testing.T) {
 	case <-wctx.Done():
 		t.Fatalf("the model was never asked: %s", stderr.String())
 	}
-	// The card is open and streaming.
+	// The card is open, streaming, and shows the first words: the stop comes mid-answer. (Waiting
+	// for the card alone let the stop overtake the card's first text update on a busy machine.)
 	require.Eventually(t, func() bool {
 		cs := fake.Cards()
-		return len(cs) == 1 && cs[0].Streaming
-	}, 30*time.Second, 10*time.Millisecond, "a streaming card is open")
+		return len(cs) == 1 && cs[0].Streaming && strings.Contains(cs[0].Elements["answer"], "关于这个问题")
+	}, 30*time.Second, 10*time.Millisecond, "a streaming card shows the first words")
 
 	stopped := time.Now()
 	stop() // SIGTERM
