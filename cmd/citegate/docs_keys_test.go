@@ -254,3 +254,29 @@ func TestDocsGrafanaDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsLinkedFromReadme fails when a page under docs/ is not linked from the README, or when the
+// README links outside the repository (a path that is dead after a clone).
+func TestDocsLinkedFromReadme(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	if strings.Contains(readme, "](../") || strings.Contains(readme, "`../") {
+		t.Error("README.md refers to a path outside the repository")
+	}
+	pages, err := filepath.Glob(filepath.Join(docsRoot, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+			continue
+		}
+		link := "(docs/" + filepath.Base(p) + ")"
+		if !strings.Contains(readme, link) {
+			t.Errorf("README.md does not link docs/%s", filepath.Base(p))
+		}
+	}
+}
