@@ -164,7 +164,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.HookTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -32,7 +32,7 @@ func offlineStack(t *testing.T, publicURL string) (*tools.Corpus, *store.Store, 
 	a, err := agent.New(agent.Config{
 		Store:  st,
 		Model:  agent.NewExtractive(),
-		Tools:  []agent.Tool{tools.NewWebSearch(corpus)},
+		Tools:  []agent.Tool{tools.NewWebSearch(corpus, nil)},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)

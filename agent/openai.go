@@ -68,7 +68,7 @@ func NewOpenAI(cfg OpenAIConfig) (Model, error) {
 		cfg.MaxRetries = 0
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {

@@ -49,7 +49,7 @@ func newBenchServer(b *testing.B, model func(agent.Model) agent.Model) *benchSer
 	if model != nil {
 		m = model(m)
 	}
-	ag, err := agent.New(agent.Config{Store: st, Model: m, Tools: []agent.Tool{tools.NewWebSearch(corpus)}})
+	ag, err := agent.New(agent.Config{Store: st, Model: m, Tools: []agent.Tool{tools.NewWebSearch(corpus, nil)}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func newBrowserStack(t *testing.T, model agent.Model) *browserStack {
 	pub := "http://" + ln.Addr().String()
 	corpus, err := tools.LoadCorpus("", pub)
 	require.NoError(t, err)
-	ag, err := agent.New(agent.Config{Store: st, Model: model, Tools: []agent.Tool{tools.NewWebSearch(corpus)}})
+	ag, err := agent.New(agent.Config{Store: st, Model: model, Tools: []agent.Tool{tools.NewWebSearch(corpus, nil)}})
 	require.NoError(t, err)
 	srv, err := gateway.New(gateway.Config{
 		Addr: ln.Addr().String(), PublicURL: pub, DataDir: dir, Store: st, Agent: ag, KB: corpus.Handler(),

@@ -23,7 +23,7 @@ func extractiveEnv(t *testing.T) *testEnv {
 		require.NoError(t, err)
 		c.KB = corpus.Handler()
 		a.Model = agent.NewExtractive()
-		a.Tools = []agent.Tool{tools.NewWebSearch(corpus)}
+		a.Tools = []agent.Tool{tools.NewWebSearch(corpus, nil)}
 	})
 }
 

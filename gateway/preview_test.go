@@ -305,7 +305,7 @@ func TestPreviewRecheckBundledCorpus(t *testing.T) {
 				fetcher, err := tools.NewFetcher(tools.FetchOptions{Allow: []string{"127.0.0.1"}}, withCorpus)
 				require.NoError(t, err)
 				c.Fetch = liveFetch(fetcher)
-				a.Tools = []agent.Tool{tools.NewWebSearch(corpus), tools.NewOpenWebPage(fetcher)}
+				a.Tools = []agent.Tool{tools.NewWebSearch(corpus, nil), tools.NewOpenWebPage(fetcher)}
 				a.Model = &scriptedModel{
 					calls: func(q string) []store.ToolCall {
 						var calls []store.ToolCall

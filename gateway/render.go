@@ -166,7 +166,11 @@ func writeField(h hash.Hash, s string) {
 func (s *Server) renderAnswer(content string, cits []citations.Citation, allowed []string, opt markdown.Options) string {
 	return s.renders.get(answerKey(content, cits, allowed, opt), func() string {
 		opt.AllowLink = citations.AllowList(allowed)
-		return markdown.Render(content, cits, opt)
+		r := markdown.RenderAnswer(content, cits, opt)
+		if r.Panic != nil {
+			s.log.Error("markdown renderer panicked; the answer is shown as text", "panic", r.Panic)
+		}
+		return r.HTML
 	})
 }
 

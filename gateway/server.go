@@ -104,7 +104,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("gateway: Config.Agent is required")
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -70,7 +70,7 @@ var (
 // Options configures Open. The zero value is usable.
 type Options struct {
 	Timeout time.Duration    // how long to wait for the file lock; default 1s
-	Logger  *slog.Logger     // default slog.Default()
+	Logger  *slog.Logger     // nil discards the log
 	Now     func() time.Time // injected clock; default time.Now
 }
 
@@ -95,7 +95,7 @@ func Open(path string, opt Options) (*Store, error) {
 		opt.Timeout = defaultTimeout
 	}
 	if opt.Logger == nil {
-		opt.Logger = slog.Default()
+		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now

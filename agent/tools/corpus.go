@@ -9,7 +9,6 @@ import (
 	"html/template"
 	"io"
 	"io/fs"
-	"log/slog"
 	"math"
 	"net/url"
 	"os"
@@ -94,6 +93,8 @@ type Corpus struct {
 	index    bleve.Index
 	analyzer analysis.Analyzer
 	idf      map[string]float64 // term → inverse unit frequency, for passage scoring
+	// Skipped lists the files that were left out because they hold no text; the caller says so.
+	Skipped []string
 }
 
 // LoadCorpus reads the documents of dir — Markdown (.md, .markdown), HTML (.html, .htm) and text
@@ -199,7 +200,7 @@ func (c *Corpus) loadFile(fsys fs.FS, p, where string) error {
 		return fmt.Errorf("corpus: %s: %w", path.Join(where, p), err)
 	}
 	if strings.TrimSpace(d.Text) == "" {
-		slog.Warn("corpus: skipping a document without text", "file", path.Join(where, p))
+		c.Skipped = append(c.Skipped, path.Join(where, p))
 		return nil
 	}
 	d.Slug = c.uniqueSlug(slugify(strings.TrimSuffix(p, path.Ext(p))))

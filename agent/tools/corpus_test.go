@@ -474,7 +474,7 @@ func BenchmarkLocalSearch(b *testing.B) {
 func TestCorpusConcurrentUse(t *testing.T) {
 	c := loadSample(t)
 	f := newFetcher(t, FetchOptions{}, c)
-	ws := NewWebSearch(c)
+	ws := NewWebSearch(c, nil)
 	h := c.Handler()
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {

@@ -40,6 +40,7 @@ type FetchOptions struct {
 	MaxChars     int           // runes of extracted text; default 16000
 	Allow        []string      // CIDRs, IPs or host names reachable despite the private-address guard
 	UserAgent    string
+	Logger       *slog.Logger // fetch failures and contained panics; nil discards them
 }
 
 // Page is a fetched page as open_web_page reports it. URL is the URL asked for (redirects are
@@ -101,6 +102,9 @@ func NewFetcher(opt FetchOptions, corpus *Corpus) (*Fetcher, error) {
 		ResponseHeaderTimeout: opt.Timeout,
 	}
 	maxRedirects := opt.MaxRedirects
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
 	f := &Fetcher{opt: opt, corpus: corpus}
 	f.client = &http.Client{
 		Transport: tr,
@@ -187,7 +191,7 @@ func (f *Fetcher) fetch(ctx context.Context, rawURL string, live bool) (Live, er
 	cut := int64(len(body)) > f.opt.MaxBytes
 	if cut {
 		body = trimPartialRune(body[:f.opt.MaxBytes])
-		slog.Info("open_web_page: body cut at the size limit", "host", u.Host, "limit", f.opt.MaxBytes)
+		f.opt.Logger.Info("open_web_page: body cut at the size limit", "host", u.Host, "limit", f.opt.MaxBytes)
 	}
 	ctype := resp.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ctype)
@@ -199,6 +203,9 @@ func (f *Fetcher) fetch(ctx context.Context, rawURL string, live bool) (Live, er
 	switch {
 	case mt == "text/html" || mt == "application/xhtml+xml":
 		x = extractHTML(toUTF8(body, ctype, true), resp.Request.URL, live)
+		if x.readabilityPanic != nil {
+			f.opt.Logger.Warn("open_web_page: readability panicked", "url", rawURL, "panic", x.readabilityPanic)
+		}
 	case mt == "text/plain" || mt == "text/markdown" || mt == "text/x-markdown":
 		x.text = plainText(toUTF8(body, ctype, false))
 		x.title = markdownTitle(x.text)
@@ -313,14 +320,14 @@ func extractHTML(src string, pageURL *url.URL, live bool) extraction {
 		w.flush()
 		passages = blocksText(w.out)
 	}
-	title, text := readable(doc, pageURL)
+	title, text, perr := readable(doc, pageURL)
 	if title == "" {
 		title = pageTitle
 	}
 	if n := utf8.RuneCountInString(text); n == 0 || (n < 200 && utf8.RuneCountInString(full) > 3*n) {
 		text = full
 	}
-	x := extraction{title: cleanText(title), text: text}
+	x := extraction{title: cleanText(title), text: text, readabilityPanic: perr}
 	if live {
 		x.passages, x.full = passages, pageTitle+"\n"+full
 	}
@@ -331,26 +338,27 @@ func extractHTML(src string, pageURL *url.URL, live bool) extraction {
 type extraction struct {
 	title, text    string
 	passages, full string // only for live checks
+	// readabilityPanic is what a panic inside readability carried; the caller logs it.
+	readabilityPanic any
 }
 
 // readable runs readability on doc. A panic inside the parser (it walks arbitrary markup) is
 // treated as "no article found", so the caller falls back to the page's plain text.
-func readable(doc *html.Node, pageURL *url.URL) (title, text string) {
+func readable(doc *html.Node, pageURL *url.URL) (title, text string, panicked any) {
 	defer func() {
 		if p := recover(); p != nil {
-			slog.Warn("open_web_page: readability panicked", "panic", p)
-			title, text = "", ""
+			title, text, panicked = "", "", p
 		}
 	}()
 	article, err := readability.FromDocument(doc, pageURL)
 	if err != nil || article.Node == nil {
-		return "", ""
+		return "", "", nil
 	}
 	var b bytes.Buffer
 	if article.RenderText(&b) == nil {
 		text = cleanText(b.String())
 	}
-	return strings.TrimSpace(article.Title()), text
+	return strings.TrimSpace(article.Title()), text, nil
 }
 
 // plainText normalises a text or Markdown body without touching its inner layout.
@@ -430,13 +438,13 @@ func (o *openWebPage) Call(ctx context.Context, arguments string) (out string, _
 	u := strings.TrimSpace(*args.URL)
 	defer func() {
 		if p := recover(); p != nil {
-			slog.Error("open_web_page panicked", "panic", p)
+			o.f.opt.Logger.Error("open_web_page panicked", "panic", p)
 			out = pageFailure("cannot open the page: internal error", u)
 		}
 	}()
 	p, err := o.f.Fetch(ctx, u)
 	if err != nil {
-		slog.Info("open_web_page failed", "err", err)
+		o.f.opt.Logger.Info("open_web_page failed", "err", err)
 		return pageFailure("cannot open the page: "+strings.TrimPrefix(err.Error(), "fetch: "), u), nil
 	}
 	return marshal(openWebPageOutput{URL: p.URL, Title: p.Title, Content: p.Content, ContentLength: p.ContentLength, Truncated: p.Truncated}), nil

@@ -36,14 +36,18 @@ type Searcher interface {
 	Search(ctx context.Context, query string, max int) ([]SearchResult, error)
 }
 
-// NewWebSearch returns the web_search tool over s.
-func NewWebSearch(s Searcher) agent.Tool {
-	return &webSearch{s: s, timeout: DefaultSearchTimeout}
+// NewWebSearch returns the web_search tool over s. log receives search failures; nil discards them.
+func NewWebSearch(s Searcher, log *slog.Logger) agent.Tool {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &webSearch{s: s, timeout: DefaultSearchTimeout, log: log}
 }
 
 type webSearch struct {
 	s       Searcher
 	timeout time.Duration
+	log     *slog.Logger
 }
 
 var webSearchParams = json.RawMessage(`{
@@ -109,7 +113,7 @@ func (w *webSearch) Call(ctx context.Context, arguments string) (string, error) 
 	results, err := w.search(ctx, q, max)
 	if err != nil {
 		msg := searchErrorMessage(ctx, err, time.Since(start))
-		slog.Warn("web_search failed", "err", err, "elapsed", time.Since(start))
+		w.log.Warn("web_search failed", "err", err, "elapsed", time.Since(start))
 		return failure(msg), nil
 	}
 	out := webSearchOutput{Query: q, Results: make([]webSearchResult, 0, len(results))}

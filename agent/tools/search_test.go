@@ -33,7 +33,7 @@ func keys(m map[string]any) []string {
 }
 
 func TestWebSearchSpec(t *testing.T) {
-	spec := NewWebSearch(loadSample(t)).Spec()
+	spec := NewWebSearch(loadSample(t), nil).Spec()
 	assert.Equal(t, "web_search", spec.Name)
 	assert.True(t, strings.HasSuffix(spec.Description, "引用本工具结果时，在句末使用 [^n^] 标记，n 为结果中的 ref 编号。"))
 	var schema map[string]any
@@ -42,7 +42,7 @@ func TestWebSearchSpec(t *testing.T) {
 }
 
 func TestWebSearchLocalSuccessShape(t *testing.T) {
-	tool := NewWebSearch(loadSample(t))
+	tool := NewWebSearch(loadSample(t), nil)
 	out, err := tool.Call(context.Background(), `{"query":"电子发票抬头写错了怎么办？","max_results":3}`)
 	require.NoError(t, err)
 	m := decodeObject(t, out)
@@ -62,7 +62,7 @@ func TestWebSearchLocalSuccessShape(t *testing.T) {
 }
 
 func TestWebSearchArguments(t *testing.T) {
-	tool := NewWebSearch(loadSample(t))
+	tool := NewWebSearch(loadSample(t), nil)
 	tests := []struct {
 		name, args, wantErr string
 		wantCount           int
@@ -122,7 +122,7 @@ func TestWebSearchFiltersAndFailures(t *testing.T) {
 			{Title: "js", URL: "javascript:alert(1)", Content: "c"},
 			{Title: "relative", URL: "/x", Content: "d"},
 			{Title: " spaced ", URL: " http://example.com/b ", Content: "bad \xff byte"},
-		}}).Call(context.Background(), `{"query":"x"}`)
+		}}, nil).Call(context.Background(), `{"query":"x"}`)
 		require.NoError(t, err)
 		m := decodeObject(t, out)
 		assert.EqualValues(t, 2, m["total_results"])
@@ -132,17 +132,17 @@ func TestWebSearchFiltersAndFailures(t *testing.T) {
 		assert.Equal(t, "bad \uFFFD byte", second["content"])
 	})
 	t.Run("empty results are a success", func(t *testing.T) {
-		out, err := NewWebSearch(fakeSearcher{}).Call(context.Background(), `{"query":"x"}`)
+		out, err := NewWebSearch(fakeSearcher{}, nil).Call(context.Background(), `{"query":"x"}`)
 		require.NoError(t, err)
 		assert.JSONEq(t, `{"query":"x","results":[],"total_results":0}`, out)
 	})
 	t.Run("provider error", func(t *testing.T) {
-		out, err := NewWebSearch(fakeSearcher{err: errors.New("searxng: HTTP 502 Bad Gateway")}).Call(context.Background(), `{"query":"x"}`)
+		out, err := NewWebSearch(fakeSearcher{err: errors.New("searxng: HTTP 502 Bad Gateway")}, nil).Call(context.Background(), `{"query":"x"}`)
 		require.NoError(t, err)
 		assert.JSONEq(t, `{"error":"web search failed: searxng: HTTP 502 Bad Gateway"}`, out)
 	})
 	t.Run("panic is contained", func(t *testing.T) {
-		out, err := NewWebSearch(fakeSearcher{panics: true}).Call(context.Background(), `{"query":"x"}`)
+		out, err := NewWebSearch(fakeSearcher{panics: true}, nil).Call(context.Background(), `{"query":"x"}`)
 		require.NoError(t, err)
 		assert.Contains(t, decodeObject(t, out)["error"], "panicked")
 	})
@@ -276,7 +276,7 @@ func TestProviderTimeoutFailureShape(t *testing.T) {
 		&SearXNG{BaseURL: srv.URL},
 		&Tavily{APIKey: "k", BaseURL: srv.URL},
 	} {
-		tool := NewWebSearch(s).(*webSearch)
+		tool := NewWebSearch(s, nil).(*webSearch)
 		tool.timeout = 300 * time.Millisecond
 		start := time.Now()
 		out, err := tool.Call(context.Background(), `{"query":"slow"}`)
@@ -288,7 +288,7 @@ func TestProviderTimeoutFailureShape(t *testing.T) {
 
 		// The caller's own deadline is honoured too.
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		out, err = NewWebSearch(s).Call(ctx, `{"query":"slow"}`)
+		out, err = NewWebSearch(s, nil).Call(ctx, `{"query":"slow"}`)
 		cancel()
 		require.NoError(t, err)
 		assert.Contains(t, decodeObject(t, out)["error"], "timed out")

@@ -99,7 +99,7 @@ func New(cfg Config) (*Channel, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	// No "channel" attribute here: the gateway's logger usually carries it already, and every message
 	// starts with "dingtalk:".

@@ -98,7 +98,7 @@ func New(cfg Config) (*Channel, error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.Default()
+		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("channel", Name)
 	c := &Channel{

@@ -8,7 +8,6 @@ package markdown
 import (
 	"bytes"
 	"html"
-	"log/slog"
 	"net/url"
 	"regexp"
 	"slices"
@@ -52,6 +51,9 @@ type Rendered struct {
 	// (rendered without emphasis parsing, see emphasisBudget) or too many brackets or nesting
 	// levels (rendered as text with superscripts, see maxBrackets and maxNesting).
 	Degraded bool
+	// Panic, when not nil, is what goldmark panicked with; the answer was then shown as escaped
+	// text. The caller logs it (this package has no logger of its own).
+	Panic any
 }
 
 // MaxTitleRunes bounds a source title as displayed, "…" included.
@@ -187,9 +189,8 @@ func renderBody(content string, cits []citations.Citation, opt Options) (out Ren
 		// goldmark is foreign code: should another input make it panic, the answer is still shown,
 		// as escaped text without markers, rather than taking the request down.
 		if r := recover(); r != nil {
-			slog.Error("markdown: render panicked", "panic", r)
 			text, hidden := citations.SafeText(content, allow)
-			out = Rendered{HTML: RenderPlain(text), Hidden: hidden}
+			out = Rendered{HTML: RenderPlain(text), Hidden: hidden, Panic: r}
 		}
 	}()
 	valid := usable(cits)

@@ -28,7 +28,10 @@ func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("knowledge corpus: %w", err)
 	}
-	fetcher, err := tools.NewFetcher(tools.FetchOptions{Allow: splitList(c.FetchAllow)}, corpus)
+	for _, f := range corpus.Skipped {
+		log.Warn("knowledge corpus: skipping a document without text", "file", f)
+	}
+	fetcher, err := tools.NewFetcher(tools.FetchOptions{Allow: splitList(c.FetchAllow), Logger: log}, corpus)
 	if err != nil {
 		return nil, fmt.Errorf("--fetch-allow: %w", err)
 	}
@@ -54,7 +57,7 @@ func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
 	ag, err := agent.New(agent.Config{
 		Store:     st,
 		Model:     model,
-		Tools:     []agent.Tool{tools.NewWebSearch(searcher), tools.NewOpenWebPage(fetcher)},
+		Tools:     []agent.Tool{tools.NewWebSearch(searcher, log), tools.NewOpenWebPage(fetcher)},
 		MaxRounds: c.MaxRounds,
 		Logger:    log,
 		Lang:      c.Lang,

@@ -74,7 +74,7 @@ func (s *Stack) start(t testing.TB) {
 	ag, err := agent.New(agent.Config{
 		Store:  st,
 		Model:  model,
-		Tools:  []agent.Tool{tools.NewWebSearch(s.Corpus)},
+		Tools:  []agent.Tool{tools.NewWebSearch(s.Corpus, nil)},
 		Logger: s.opt.Logger,
 	})
 	if err != nil {
