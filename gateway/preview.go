@@ -98,13 +98,14 @@ func (s *Server) handlePreview(w http.ResponseWriter, r *http.Request, u store.U
 	if cit == nil {
 		return errNotFound()
 	}
-	all, err := s.st.ListMessages(r.Context(), m.SessionID)
+	// Only the answer's own run is read (run → messages index), never the rest of its session.
+	runMsgs, err := s.st.ListRunMessages(r.Context(), m.RunID)
 	if err != nil {
-		return s.storeErr("list_messages", err)
+		return s.storeErr("list_run_messages", err)
 	}
 	var results []citations.ToolResult
-	for _, t := range all {
-		if t.Role == store.RoleTool && t.RunID == m.RunID {
+	for _, t := range runMsgs {
+		if t.Role == store.RoleTool && t.RunID == m.RunID && t.SessionID == m.SessionID {
 			results = append(results, citations.ToolResult{Tool: t.ToolName, CallID: t.ToolCallID, MessageID: t.ID, Content: t.Content, At: t.CreatedAt})
 		}
 	}
