@@ -42,7 +42,6 @@ type pump struct {
 	// results.
 	links      *citations.LinkSet
 	linksStale bool
-	userMsgID  uint64
 	model      string
 }
 
@@ -72,13 +71,16 @@ func (p *pump) take() []agent.Event {
 // allows is the allow-func of the run's links.
 func (p *pump) allows(u string) bool { return p.links != nil && p.links.Allows(u) }
 
-// refreshLinks rebuilds the allow set when tool results arrived since it was built.
-func (p *pump) refreshLinks(ctx context.Context, sessionID string) {
-	if !p.linksStale || sessionID == "" {
+// refreshLinks rebuilds the allow set when tool results arrived since it was built. It reads only
+// the run's own messages (run → messages index): its USER message and its tool results. URLs from
+// the user's earlier messages are not in it, so the stream may hide one the agent's own rule allowed;
+// the final text adds the record's metadata.links.allowed and shows it (finalAllow).
+func (p *pump) refreshLinks(ctx context.Context, runID string) {
+	if !p.linksStale || runID == "" {
 		return
 	}
 	p.linksStale = false
-	msgs, err := p.d.cfg.Store.ListMessages(ctx, sessionID)
+	msgs, err := p.d.cfg.Store.ListRunMessages(ctx, runID)
 	if err != nil {
 		// Nothing verified is known: every link stays hidden, which is the safe side.
 		p.log.Warn("link allow set: message lookup failed", "err", err)
@@ -86,10 +88,7 @@ func (p *pump) refreshLinks(ctx context.Context, sessionID string) {
 	}
 	set := citations.NewLinkSet()
 	for _, m := range msgs {
-		switch {
-		case m.Role == store.RoleUser:
-			set.AddText(m.Content)
-		case m.Role == store.RoleTool && m.ID > p.userMsgID:
+		if m.Role == store.RoleUser || m.Role == store.RoleTool {
 			set.AddText(m.Content)
 		}
 	}
@@ -169,20 +168,20 @@ func (p *pump) run(ctx context.Context, h *agent.RunHandle) {
 		for _, e := range events {
 			switch e.Type {
 			case agent.EventRunStarted:
-				p.userMsgID, p.model = e.UserMessageID, e.Model
+				p.model = e.Model
 				start()
 			case agent.EventToolFinished:
 				p.linksStale = true
 			case agent.EventAnswerDelta:
 				start()
-				p.refreshLinks(ctx, e.SessionID)
+				p.refreshLinks(ctx, e.RunID)
 				text.WriteString(stream.Push(e.Text))
 				update()
 			case agent.EventAnswerFinal:
 				final, haveFinal = e, true
 			case agent.EventRunFinished:
 				start()
-				p.refreshLinks(ctx, e.SessionID)
+				p.refreshLinks(ctx, e.RunID)
 				text.WriteString(stream.Flush())
 				p.finish(ctx, reply, e, final, haveFinal, text.String(), stream.Hidden())
 				return
