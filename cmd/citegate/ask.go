@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -87,7 +88,32 @@ func cmdAsk(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	}
 	fmt.Fprint(stdout, formatAnswer(out.Content, out.Citations, allowed, lang))
 	fmt.Fprintf(stderr, "(model: %s; %d verified source(s))\n", cr.Agent.ModelName(), len(out.Citations))
+	if note := kbLinksNote(cfg, out.Citations); note != "" {
+		fmt.Fprintln(stderr, note)
+	}
 	return nil
+}
+
+// kbLinksNote says so when the answer cites local corpus pages (/kb/ under the public URL) and no
+// server answers at the configured address: those links open only while `citegate serve` runs.
+func kbLinksNote(cfg Config, cits []citations.Citation) string {
+	prefix := cfg.PublicURL + "/kb/"
+	kb := false
+	for _, c := range cits {
+		if strings.HasPrefix(c.URL, prefix) {
+			kb = true
+			break
+		}
+	}
+	if !kb {
+		return ""
+	}
+	conn, err := net.DialTimeout("tcp", cfg.Addr, 300*time.Millisecond)
+	if err == nil {
+		_ = conn.Close()
+		return ""
+	}
+	return fmt.Sprintf("note: the %s… links open while `citegate serve` runs at %s (nothing answers there now)", prefix, cfg.Addr)
 }
 
 func hasHan(s string) bool {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -167,4 +168,22 @@ channels:
 	require.NoError(t, os.WriteFile(path, []byte("bogus_key: 1\n"), 0o600))
 	_, err = loadConfig(&flagValues{config: path}, env(nil))
 	assert.ErrorContains(t, err, "bogus_key", "unknown keys are reported, not ignored")
+}
+
+// TestAskSaysWhenKBLinksNeedServe: ask cites bundled corpus pages under the public URL; when nothing
+// answers at the configured address it says those links open only while serve runs, and when a
+// server is there it says nothing.
+func TestAskSaysWhenKBLinksNeedServe(t *testing.T) {
+	addr := freeAddr(t)
+	code, out, stderr := runCLI(t, map[string]string{"CITEGATE_DATA": t.TempDir(), "CITEGATE_ADDR": addr}, "ask", "电子发票抬头写错了怎么办？")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "http://"+addr+"/kb/")
+	assert.Contains(t, stderr, "citegate serve")
+
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	defer ln.Close()
+	code, _, stderr = runCLI(t, map[string]string{"CITEGATE_DATA": t.TempDir(), "CITEGATE_ADDR": addr}, "ask", "电子发票抬头写错了怎么办？")
+	require.Equal(t, 0, code, stderr)
+	assert.NotContains(t, stderr, "citegate serve")
 }
