@@ -104,6 +104,10 @@ func (s *LinkSet) addURLsIn(text string) {
 	}
 }
 
+// MayHoldBareURL reports whether text could contain a bare URL: "://" or "www." in any letter case.
+// A text without either passes FilterBareURLs unchanged, so callers use it as a fast path.
+func MayHoldBareURL(text string) bool { return strings.Contains(text, "://") || containsWWW(text) }
+
 // containsWWW reports whether s holds "www." in any letter case (a dot after three w or W).
 func containsWWW(s string) bool {
 	for i := 0; ; {
@@ -305,7 +309,7 @@ func MarkersOutsideCode(text string) []Marker {
 // use it on the text of their HTML output, after markdown has been interpreted, so that text that
 // only reads as a URL once rendered ("http[s](x)://…", "https&#58;//…") is caught too.
 func FilterBareURLs(text string, allow func(string) bool) (string, int) {
-	if !strings.Contains(text, "://") && !containsWWW(text) {
+	if !MayHoldBareURL(text) {
 		return text, 0
 	}
 	s := newScanner(allow)

@@ -14,7 +14,7 @@ import (
 // reads as a URL only once rendered (an unwrapped link beside "://", an entity such as "&#58;") shows
 // the notice instead. Tokens without a change are copied byte for byte.
 func hideTextURLs(in string, allow func(string) bool) (string, int) {
-	if !strings.Contains(in, "://") && !containsWWW(in) && !strings.Contains(in, "&#") {
+	if !citations.MayHoldBareURL(in) && !strings.Contains(in, "&#") {
 		return in, 0
 	}
 	z := xhtml.NewTokenizer(strings.NewReader(in))
@@ -71,19 +71,4 @@ func hideTextURLs(in string, allow func(string) bool) (string, int) {
 		b.Write(raw)
 	}
 	return b.String(), hidden
-}
-
-// containsWWW reports whether s holds "www." in any letter case (a dot after three w or W).
-func containsWWW(s string) bool {
-	for i := 0; ; {
-		k := strings.IndexByte(s[i:], '.')
-		if k < 0 {
-			return false
-		}
-		i += k
-		if i >= 3 && s[i-3]|0x20 == 'w' && s[i-2]|0x20 == 'w' && s[i-1]|0x20 == 'w' {
-			return true
-		}
-		i++
-	}
 }
