@@ -179,18 +179,9 @@ func (s *Store) ListMessages(ctx context.Context, sessionID string) ([]Message, 
 		if tx.Bucket(bucketSessions).Get([]byte(sessionID)) == nil {
 			return fmt.Errorf("session %q: %w", sessionID, ErrNotFound)
 		}
-		msgs := tx.Bucket(bucketMessages)
-		return scanPrefix(tx.Bucket(bucketSessionMessages), sessionID, func(suffix, _ []byte) error {
-			if len(suffix) != 8 {
-				return fmt.Errorf("corrupt message index key for session %q", sessionID)
-			}
-			var m Message
-			if err := getJSON(msgs, suffix, "message", &m); err != nil {
-				return err
-			}
-			out = append(out, m)
-			return nil
-		})
+		var err error
+		out, err = readIndexed(tx, bucketSessionMessages, "session", sessionID, out)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -267,24 +258,33 @@ func (s *Store) listBefore(ctx context.Context, op, sessionID string, beforeID u
 	return out, nil
 }
 
+// readIndexed appends to out, in ascending id order, the messages an index bucket lists under
+// owner (a session or a run): keys owner\x00 + big-endian message id.
+func readIndexed(tx *bolt.Tx, index []byte, kind, owner string, out []Message) ([]Message, error) {
+	msgs := tx.Bucket(bucketMessages)
+	err := scanPrefix(tx.Bucket(index), owner, func(suffix, _ []byte) error {
+		if len(suffix) != 8 {
+			return fmt.Errorf("corrupt message index key for %s %q", kind, owner)
+		}
+		var m Message
+		if err := getJSON(msgs, suffix, "message", &m); err != nil {
+			return err
+		}
+		out = append(out, m)
+		return nil
+	})
+	return out, err
+}
+
 // ListRunMessages returns the messages of one run in ascending id order through the run → messages
 // index, without reading the rest of its session (empty slice for an unknown run or one without
 // messages).
 func (s *Store) ListRunMessages(ctx context.Context, runID string) ([]Message, error) {
 	out := []Message{}
 	err := s.view(ctx, "list run messages", func(tx *bolt.Tx) error {
-		msgs := tx.Bucket(bucketMessages)
-		return scanPrefix(tx.Bucket(bucketRunMessages), runID, func(suffix, _ []byte) error {
-			if len(suffix) != 8 {
-				return fmt.Errorf("corrupt message index key for run %q", runID)
-			}
-			var m Message
-			if err := getJSON(msgs, suffix, "message", &m); err != nil {
-				return err
-			}
-			out = append(out, m)
-			return nil
-		})
+		var err error
+		out, err = readIndexed(tx, bucketRunMessages, "run", runID, out)
+		return err
 	})
 	if err != nil {
 		return nil, err
