@@ -16,8 +16,8 @@ import (
 
 	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/channels/dingtalk"
-	dingtalkfake "github.com/citegate/citegate/channels/fakes/dingtalk"
 	"github.com/citegate/citegate/citations"
+	dingtalkfake "github.com/citegate/citegate/internal/fakes/dingtalk"
 	"github.com/citegate/citegate/internal/testkit"
 	"github.com/citegate/citegate/store"
 )

@@ -16,7 +16,7 @@ import (
 
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/channels/dingtalk"
-	dingtalkfake "github.com/citegate/citegate/channels/fakes/dingtalk"
+	dingtalkfake "github.com/citegate/citegate/internal/fakes/dingtalk"
 )
 
 // received starts the channel and returns the Message for one pushed text message.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/channels/dingtalk"
-	dingtalkfake "github.com/citegate/citegate/channels/fakes/dingtalk"
+	dingtalkfake "github.com/citegate/citegate/internal/fakes/dingtalk"
 )
 
 // inbound pushes bm and returns what the handler received.

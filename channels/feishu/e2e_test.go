@@ -15,9 +15,9 @@ import (
 
 	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/channels"
-	"github.com/citegate/citegate/channels/fakes/feishu"
 	"github.com/citegate/citegate/channels/feishu"
 	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/internal/fakes/feishu"
 	"github.com/citegate/citegate/internal/testkit"
 	"github.com/citegate/citegate/store"
 )

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/channels"
-	"github.com/citegate/citegate/channels/fakes/feishu"
 	"github.com/citegate/citegate/channels/feishu"
+	"github.com/citegate/citegate/internal/fakes/feishu"
 	"github.com/citegate/citegate/internal/testkit"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/channels"
-	feishufake "github.com/citegate/citegate/channels/fakes/feishu"
+	feishufake "github.com/citegate/citegate/internal/fakes/feishu"
 	"github.com/citegate/citegate/internal/testkit"
 )
 

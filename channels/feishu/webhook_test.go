@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	feishufake "github.com/citegate/citegate/channels/fakes/feishu"
 	"github.com/citegate/citegate/channels/feishu"
+	feishufake "github.com/citegate/citegate/internal/fakes/feishu"
 	"github.com/citegate/citegate/internal/testkit"
 )
 

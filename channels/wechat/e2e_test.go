@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/agent"
-	wechatfake "github.com/citegate/citegate/channels/fakes/wechat"
 	"github.com/citegate/citegate/citations"
+	wechatfake "github.com/citegate/citegate/internal/fakes/wechat"
 	"github.com/citegate/citegate/internal/testkit"
 )
 

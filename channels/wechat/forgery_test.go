@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	wechatfake "github.com/citegate/citegate/channels/fakes/wechat"
+	wechatfake "github.com/citegate/citegate/internal/fakes/wechat"
 	"github.com/citegate/citegate/internal/testkit"
 	"github.com/citegate/citegate/store"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/channels"
-	wechatfake "github.com/citegate/citegate/channels/fakes/wechat"
+	wechatfake "github.com/citegate/citegate/internal/fakes/wechat"
 	"github.com/citegate/citegate/internal/testkit"
 )
 

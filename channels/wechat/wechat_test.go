@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/channels"
-	wechatfake "github.com/citegate/citegate/channels/fakes/wechat"
 	"github.com/citegate/citegate/citations"
+	wechatfake "github.com/citegate/citegate/internal/fakes/wechat"
 	"github.com/citegate/citegate/internal/testkit"
 )
 

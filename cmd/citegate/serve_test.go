@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	wechatfake "github.com/citegate/citegate/channels/fakes/wechat"
 	"github.com/citegate/citegate/citations"
+	wechatfake "github.com/citegate/citegate/internal/fakes/wechat"
 	"github.com/citegate/citegate/internal/testkit"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	feishufake "github.com/citegate/citegate/channels/fakes/feishu"
+	feishufake "github.com/citegate/citegate/internal/fakes/feishu"
 	"github.com/citegate/citegate/internal/testkit"
 	"github.com/citegate/citegate/store"
 )

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	dingtalkfake "github.com/citegate/citegate/channels/fakes/dingtalk"
+	dingtalkfake "github.com/citegate/citegate/internal/fakes/dingtalk"
 )
 
 // TestFakeSpeaksTheSDKProtocol drives the fake with the official SDK's own stream client and replier:
