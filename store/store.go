@@ -57,11 +57,13 @@ var (
 	bucketShares          = []byte("shares")           // sha256(token) hex → Share
 	bucketSeen            = []byte("seen")             // dedup key → big-endian unix-nano expiry
 	bucketUserShares      = []byte("user_shares")      // ownerID\x00sha256(token) hex → token (see shares.go)
+	bucketAudit           = []byte("audit")            // big-endian seq → AuditEntry (see audit.go)
 
 	allBuckets = [][]byte{
 		bucketMeta, bucketSessions, bucketUserSessions, bucketConversations, bucketMessages,
 		bucketSessionMessages, bucketRuns, bucketSessionRuns, bucketRunning, bucketUsers,
 		bucketUserTokens, bucketUserNames, bucketShares, bucketSeen, bucketUserShares, bucketRunMessages,
+		bucketAudit,
 	}
 
 	keySchemaVersion = []byte("schema_version")

@@ -115,6 +115,8 @@ type User struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Operator users review what others shared (the operator console, see operators.go).
+	Operator bool `json:"operator,omitempty"`
 }
 
 // Share is a read-only link to a session frozen at Watermark (the last message id at creation).

@@ -22,11 +22,18 @@ const tokenBytes = 32
 // The name is trimmed; it must be non-empty, at most 64 characters and free of control characters
 // (ErrInvalid), and unique ignoring case (ErrConflict).
 func (s *Store) CreateUser(ctx context.Context, name string) (User, string, error) {
+	return s.CreateUserRole(ctx, name, false, Actor{})
+}
+
+// CreateUserRole is CreateUser with the operator role given at creation when operator is set. Such a
+// grant is a role change like SetOperator's: it is written to the audit log in the same transaction,
+// as done by by (who must then be named, ErrInvalid otherwise).
+func (s *Store) CreateUserRole(ctx context.Context, name string, operator bool, by Actor) (User, string, error) {
 	name = strings.TrimSpace(name)
 	if err := checkUserName(name); err != nil {
 		return User{}, "", fmt.Errorf("store: create user: %w", err)
 	}
-	u := User{ID: newID(), Name: name, CreatedAt: s.nowUTC()}
+	u := User{ID: newID(), Name: name, CreatedAt: s.nowUTC(), Operator: operator}
 	token := randToken(tokenBytes)
 	nameKey := []byte(strings.ToLower(name))
 	err := s.update(ctx, "create user", func(tx *bolt.Tx) error {
@@ -39,6 +46,11 @@ func (s *Store) CreateUser(ctx context.Context, name string) (User, string, erro
 		}
 		if err := names.Put(nameKey, []byte(u.ID)); err != nil {
 			return err
+		}
+		if operator {
+			if _, err := s.appendAuditLocked(tx, roleAudit(by, u, true, "created as operator")); err != nil {
+				return err
+			}
 		}
 		return tx.Bucket(bucketUserTokens).Put([]byte(hashToken(token)), []byte(u.ID))
 	})
