@@ -13,11 +13,30 @@ import (
 // StartedAt when zero; EndedAt, Error and the terminal fields are cleared. An unknown session is
 // ErrNotFound, an existing ID ErrConflict.
 func (s *Store) CreateRun(ctx context.Context, r Run) (Run, error) {
+	r, err := s.prepareRun(r)
+	if err != nil {
+		return Run{}, fmt.Errorf("store: create run: %w", err)
+	}
+	err = s.update(ctx, "create run", func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketSessions).Get([]byte(r.SessionID)) == nil {
+			return fmt.Errorf("session %q: %w", r.SessionID, ErrNotFound)
+		}
+		return insertRunLocked(tx, r)
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	return r, nil
+}
+
+// prepareRun gives a new run its ID (when empty), phase RUNNING and StartedAt, and clears the
+// terminal fields, outside any transaction.
+func (s *Store) prepareRun(r Run) (Run, error) {
 	if r.ID == "" {
 		r.ID = newID()
 	}
 	if err := checkID("run", r.ID); err != nil {
-		return Run{}, fmt.Errorf("store: create run: %w", err)
+		return Run{}, err
 	}
 	r.Phase = PhaseRunning
 	if r.StartedAt.IsZero() {
@@ -28,31 +47,28 @@ func (s *Store) CreateRun(ctx context.Context, r Run) (Run, error) {
 	r.EndedAt = time.Time{}
 	r.Error = ""
 	r.FinalMessageID = 0
-	err := s.update(ctx, "create run", func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketSessions).Get([]byte(r.SessionID)) == nil {
-			return fmt.Errorf("session %q: %w", r.SessionID, ErrNotFound)
-		}
-		runs := tx.Bucket(bucketRuns)
-		if runs.Get([]byte(r.ID)) != nil {
-			return fmt.Errorf("run %q: %w", r.ID, ErrConflict)
-		}
-		if err := putJSON(runs, []byte(r.ID), r); err != nil {
-			return fmt.Errorf("run %q: %w", r.ID, err)
-		}
-		idx := tx.Bucket(bucketSessionRuns)
-		seq, err := idx.NextSequence()
-		if err != nil {
-			return fmt.Errorf("run index sequence: %w", err)
-		}
-		if err := idx.Put(prefixKey(r.SessionID, u64(seq)), []byte(r.ID)); err != nil {
-			return fmt.Errorf("index run %q: %w", r.ID, err)
-		}
-		return tx.Bucket(bucketRunning).Put([]byte(r.ID), nil)
-	})
-	if err != nil {
-		return Run{}, err
-	}
 	return r, nil
+}
+
+// insertRunLocked stores a prepared run of an existing session, indexes it under the session and
+// puts it on the running list; an existing ID is ErrConflict.
+func insertRunLocked(tx *bolt.Tx, r Run) error {
+	runs := tx.Bucket(bucketRuns)
+	if runs.Get([]byte(r.ID)) != nil {
+		return fmt.Errorf("run %q: %w", r.ID, ErrConflict)
+	}
+	if err := putJSON(runs, []byte(r.ID), r); err != nil {
+		return fmt.Errorf("run %q: %w", r.ID, err)
+	}
+	idx := tx.Bucket(bucketSessionRuns)
+	seq, err := idx.NextSequence()
+	if err != nil {
+		return fmt.Errorf("run index sequence: %w", err)
+	}
+	if err := idx.Put(prefixKey(r.SessionID, u64(seq)), []byte(r.ID)); err != nil {
+		return fmt.Errorf("index run %q: %w", r.ID, err)
+	}
+	return tx.Bucket(bucketRunning).Put([]byte(r.ID), nil)
 }
 
 // FinishRun moves a RUNNING run to a terminal phase, recording errMsg, finalMessageID and EndedAt.

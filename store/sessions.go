@@ -12,11 +12,26 @@ import (
 // CreateSession stores a new session. It assigns a random url-safe ID when sess.ID is empty and sets
 // CreatedAt (when zero) and UpdatedAt. An ID that already exists is ErrConflict.
 func (s *Store) CreateSession(ctx context.Context, sess Session) (Session, error) {
+	sess, err := s.prepareSession(sess)
+	if err != nil {
+		return Session{}, fmt.Errorf("store: create session: %w", err)
+	}
+	err = s.update(ctx, "create session", func(tx *bolt.Tx) error {
+		return insertSessionLocked(tx, sess)
+	})
+	if err != nil {
+		return Session{}, err
+	}
+	return sess, nil
+}
+
+// prepareSession assigns a new session its ID (when empty) and timestamps, outside any transaction.
+func (s *Store) prepareSession(sess Session) (Session, error) {
 	if sess.ID == "" {
 		sess.ID = newID()
 	}
 	if err := checkID("session", sess.ID); err != nil {
-		return Session{}, fmt.Errorf("store: create session: %w", err)
+		return Session{}, err
 	}
 	now := s.nowUTC()
 	if sess.CreatedAt.IsZero() {
@@ -25,20 +40,20 @@ func (s *Store) CreateSession(ctx context.Context, sess Session) (Session, error
 		sess.CreatedAt = normTime(sess.CreatedAt)
 	}
 	sess.UpdatedAt = now
-	err := s.update(ctx, "create session", func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSessions)
-		if b.Get([]byte(sess.ID)) != nil {
-			return fmt.Errorf("session %q: %w", sess.ID, ErrConflict)
-		}
-		if err := putJSON(b, []byte(sess.ID), sess); err != nil {
-			return fmt.Errorf("session %q: %w", sess.ID, err)
-		}
-		return tx.Bucket(bucketUserSessions).Put(prefixKey(sess.UserID, []byte(sess.ID)), nil)
-	})
-	if err != nil {
-		return Session{}, err
-	}
 	return sess, nil
+}
+
+// insertSessionLocked stores a prepared session and its user index entry; an existing ID is
+// ErrConflict.
+func insertSessionLocked(tx *bolt.Tx, sess Session) error {
+	b := tx.Bucket(bucketSessions)
+	if b.Get([]byte(sess.ID)) != nil {
+		return fmt.Errorf("session %q: %w", sess.ID, ErrConflict)
+	}
+	if err := putJSON(b, []byte(sess.ID), sess); err != nil {
+		return fmt.Errorf("session %q: %w", sess.ID, err)
+	}
+	return tx.Bucket(bucketUserSessions).Put(prefixKey(sess.UserID, []byte(sess.ID)), nil)
 }
 
 // GetSession returns the session with id, or ErrNotFound.
