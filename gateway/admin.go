@@ -263,8 +263,13 @@ func (s *Server) handleAdminLogin(w http.ResponseWriter, r *http.Request) {
 // handleAdminBackup streams a consistent copy of the database. Content-Length is the copy's size,
 // so the client can tell a complete copy from one cut short.
 func (s *Server) handleAdminBackup(w http.ResponseWriter, r *http.Request) {
+	fb, ok := s.st.(store.FileBackup)
+	if !ok {
+		s.writeError(w, r, &Error{Status: http.StatusNotImplemented, Code: CodeUnavailable, Message: store.ErrNoFileBackup.Error()})
+		return
+	}
 	started := false
-	n, err := s.st.BackupWith(r.Context(), func(size int64) (io.Writer, error) {
+	n, err := fb.BackupWith(r.Context(), func(size int64) (io.Writer, error) {
 		started = true
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))

@@ -33,7 +33,7 @@ type Config struct {
 	PublicURL string
 	// DataDir holds the admin socket (citegate.sock).
 	DataDir string
-	Store   *store.Store
+	Store   store.Backend
 	Agent   *agent.Agent
 	// KB serves the local corpus, mounted at /kb/ (nil → 404).
 	KB http.Handler
@@ -75,7 +75,7 @@ type Config struct {
 // Server is the gateway. Create it with New; serve it with Serve or mount Handler.
 type Server struct {
 	cfg       Config
-	st        *store.Store
+	st        store.Backend
 	ag        *agent.Agent
 	log       *slog.Logger
 	publicURL *url.URL

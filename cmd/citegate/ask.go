@@ -128,7 +128,7 @@ func hasHan(s string) bool {
 // storedAllowList is the URL list behind the answer's link rule (DESIGN §4), read from the stored
 // answer: metadata.links.allowed and the citations' URLs. When the answer cannot be read, only the
 // citations' URLs are allowed, so a failure can hide a verified link but never show another.
-func storedAllowList(ctx context.Context, st *store.Store, out agent.Outcome, log *slog.Logger) []string {
+func storedAllowList(ctx context.Context, st store.Backend, out agent.Outcome, log *slog.Logger) []string {
 	allowed := make([]string, 0, len(out.Citations))
 	for _, c := range out.Citations {
 		allowed = append(allowed, c.URL)

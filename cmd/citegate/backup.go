@@ -44,9 +44,13 @@ func cmdBackup(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	}
 	var n int64
 	err = withStoreOrServer(ctx, cfg,
-		func(st *store.Store) error {
+		func(st store.Backend) error {
+			fb, ok := st.(store.FileBackup)
+			if !ok {
+				return store.ErrNoFileBackup
+			}
 			var err error
-			n, err = st.BackupFile(ctx, dst)
+			n, err = fb.BackupFile(ctx, dst)
 			return err
 		},
 		func(ctx context.Context) error {

@@ -215,7 +215,7 @@ func buildChannels(cfg Config, log *slog.Logger) ([]channels.Channel, error) {
 }
 
 // pruneSeen drops expired dedup keys hourly.
-func pruneSeen(ctx context.Context, st *store.Store, log *slog.Logger) {
+func pruneSeen(ctx context.Context, st store.Backend, log *slog.Logger) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {

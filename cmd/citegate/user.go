@@ -31,7 +31,7 @@ or after NAME; "citegate user add --help" lists them.
 type userCmd struct {
 	synopsis string
 	needName bool
-	direct   func(ctx context.Context, st *store.Store, cfg Config, name string, stdout, stderr io.Writer) error
+	direct   func(ctx context.Context, st store.Backend, cfg Config, name string, stdout, stderr io.Writer) error
 	viaAdmin func(ctx context.Context, cfg Config, name string, stdout, stderr io.Writer) error
 }
 
@@ -39,7 +39,7 @@ var userCmds = map[string]userCmd{
 	"add": {
 		synopsis: "citegate user add [flags] NAME   (prints the new user's access token alone on stdout)",
 		needName: true,
-		direct: func(ctx context.Context, st *store.Store, _ Config, name string, stdout, _ io.Writer) error {
+		direct: func(ctx context.Context, st store.Backend, _ Config, name string, stdout, _ io.Writer) error {
 			_, tok, err := st.CreateUser(ctx, name)
 			if err != nil {
 				return err
@@ -58,7 +58,7 @@ var userCmds = map[string]userCmd{
 	},
 	"list": {
 		synopsis: "citegate user list [flags]",
-		direct: func(ctx context.Context, st *store.Store, _ Config, _ string, stdout, _ io.Writer) error {
+		direct: func(ctx context.Context, st store.Backend, _ Config, _ string, stdout, _ io.Writer) error {
 			users, err := st.ListUsers(ctx)
 			if err != nil {
 				return err
@@ -76,7 +76,7 @@ var userCmds = map[string]userCmd{
 	"token": {
 		synopsis: "citegate user token [flags] NAME   (prints NAME's new access token alone on stdout)",
 		needName: true,
-		direct: func(ctx context.Context, st *store.Store, _ Config, name string, stdout, stderr io.Writer) error {
+		direct: func(ctx context.Context, st store.Backend, _ Config, name string, stdout, stderr io.Writer) error {
 			u, tok, err := st.RotateToken(ctx, name)
 			if err != nil {
 				return err
@@ -98,7 +98,7 @@ var userCmds = map[string]userCmd{
 	"revoke": {
 		synopsis: "citegate user revoke [flags] NAME",
 		needName: true,
-		direct: func(ctx context.Context, st *store.Store, _ Config, name string, stdout, _ io.Writer) error {
+		direct: func(ctx context.Context, st store.Backend, _ Config, name string, stdout, _ io.Writer) error {
 			u, err := st.RevokeUser(ctx, name)
 			if err != nil {
 				return err
@@ -118,7 +118,7 @@ var userCmds = map[string]userCmd{
 	"login": {
 		synopsis: "citegate user login [flags] NAME   (prints a one-time login link alone on stdout)",
 		needName: true,
-		direct: func(ctx context.Context, st *store.Store, cfg Config, name string, stdout, stderr io.Writer) error {
+		direct: func(ctx context.Context, st store.Backend, cfg Config, name string, stdout, stderr io.Writer) error {
 			u, err := st.UserByName(ctx, name)
 			if err != nil {
 				return err
@@ -202,7 +202,7 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		return err
 	}
 	err = withStoreOrServer(ctx, cfg,
-		func(st *store.Store) error { return sub.direct(ctx, st, cfg, name, stdout, stderr) },
+		func(st store.Backend) error { return sub.direct(ctx, st, cfg, name, stdout, stderr) },
 		func(ctx context.Context) error { return sub.viaAdmin(ctx, cfg, name, stdout, stderr) })
 	return userError(name, err)
 }
@@ -210,7 +210,7 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 // withStoreOrServer runs direct on the database when this process can open it, and viaAdmin
 // through the running server's admin socket when the server holds it. It never waits on the file
 // lock for long.
-func withStoreOrServer(ctx context.Context, cfg Config, direct func(*store.Store) error, viaAdmin func(context.Context) error) error {
+func withStoreOrServer(ctx context.Context, cfg Config, direct func(store.Backend) error, viaAdmin func(context.Context) error) error {
 	st, err := store.Open(cfg.dbPath(), store.Options{Timeout: 300 * time.Millisecond, Logger: newLogger("error", io.Discard)})
 	if errors.Is(err, store.ErrLocked) {
 		// The server holds the database: go through its admin socket instead of waiting for the lock.

@@ -69,7 +69,7 @@ func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
 }
 
 // openStore opens the database with a short lock wait and turns a held lock into advice.
-func openStore(c Config, log *slog.Logger, wait time.Duration) (*store.Store, error) {
+func openStore(c Config, log *slog.Logger, wait time.Duration) (store.Backend, error) {
 	st, err := store.Open(c.dbPath(), store.Options{Timeout: wait, Logger: log})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
@@ -94,7 +94,7 @@ func closeAgent(ag *agent.Agent, log *slog.Logger) {
 
 // useStoreForReplays gives webhook channels that check request freshness the database as their
 // replay cache, so a captured request cannot be replayed after a restart.
-func useStoreForReplays(chans []channels.Channel, st *store.Store) {
+func useStoreForReplays(chans []channels.Channel, st store.Backend) {
 	for _, ch := range chans {
 		if wc, ok := ch.(*wechat.Channel); ok {
 			wc.UseReplayGuard(st)
