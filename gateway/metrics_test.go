@@ -86,7 +86,7 @@ func TestMountedHandlers(t *testing.T) {
 	status, _, body = e.do("GET", "/channels/feishu/events", "", nil)
 	assert.Equal(t, http.StatusOK, status)
 	assert.Equal(t, "hook:GET", body)
-	status, hdr, _ := e.do("GET", "/assets/app.js", "", nil)
+	status, hdr, _ := e.do("GET", "/assets/core.js", "", nil)
 	assert.Equal(t, http.StatusOK, status)
 	assert.Contains(t, hdr.Get("Content-Type"), "javascript")
 

@@ -1,6 +1,6 @@
 package web
 
-// texts are the server-rendered pages' strings. app.js carries its own copy of the few strings it
+// texts are the server-rendered pages' strings. core.js carries its own copy of the few strings it
 // needs, so the pages need no inline script.
 var texts = map[string]map[string]string{
 	"zh": {

@@ -1,4 +1,4 @@
-// Package web holds the desktop view's embedded assets (app.js, app.css) and the server-rendered
+// Package web holds the desktop view's embedded assets (the scripts core.js … start.js, app.css) and the server-rendered
 // pages (app shell, login, read-only share page, 404). There is no build step: the files under
 // static/ and templates/ are what browsers get. Message HTML comes from citations/markdown and is
 // already sanitised; the templates only place it.
@@ -100,7 +100,7 @@ func loadAssets() (map[string]asset, string, error) {
 	return out, hex.EncodeToString(all.Sum(nil)[:6]), nil
 }
 
-// Assets serves the embedded static files by name ("app.js", "app.css"). Requests carrying the
+// Assets serves the embedded static files by name ("core.js", "app.css"). Requests carrying the
 // current version (?v=…, as the templates write them) may be cached for a year; others revalidate
 // with the ETag.
 func Assets() http.Handler {

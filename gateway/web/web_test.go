@@ -18,7 +18,7 @@ import (
 func TestInit(t *testing.T) {
 	require.NoError(t, initErr)
 	require.Len(t, assetVersion, 12)
-	for _, name := range []string{"app.js", "app.css"} {
+	for _, name := range []string{"core.js", "render.js", "start.js", "app.css"} {
 		require.Contains(t, assets, name)
 	}
 }
@@ -30,9 +30,9 @@ func TestAssets(t *testing.T) {
 		path, ctype, cache string
 		status             int
 	}{
-		{"/assets/app.js", "text/javascript; charset=utf-8", "no-cache", 200},
+		{"/assets/core.js", "text/javascript; charset=utf-8", "no-cache", 200},
 		{"/assets/app.css?v=" + AssetVersion(), "text/css; charset=utf-8", "public, max-age=31536000, immutable", 200},
-		{"/assets/app.js?v=stale", "text/javascript; charset=utf-8", "no-cache", 200},
+		{"/assets/render.js?v=stale", "text/javascript; charset=utf-8", "no-cache", 200},
 		{"/assets/missing.js", "", "", 404},
 		{"/assets/../web.go", "", "", 404},
 	}
@@ -58,25 +58,39 @@ func TestAssets(t *testing.T) {
 			assert.Equal(t, http.StatusNotModified, res2.StatusCode)
 		})
 	}
-	res, err := http.Post(srv.URL+"/assets/app.js", "text/plain", nil)
+	res, err := http.Post(srv.URL+"/assets/core.js", "text/plain", nil)
 	require.NoError(t, err)
 	res.Body.Close()
 	assert.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
 }
 
-// TestAppJSSmall keeps the desktop script small and free of dependencies and of the one sink that
-// could turn streamed model text into markup.
-func TestAppJSSmall(t *testing.T) {
-	js := string(assets["app.js"].body)
-	lines := strings.Count(js, "\n")
-	assert.Less(t, lines, 600, "app.js should stay under 600 lines")
-	assert.NotContains(t, js, "import ")
-	assert.NotContains(t, js, "eval(")
-	assert.NotContains(t, js, "document.write")
-	// innerHTML is assigned only from server-rendered html fields.
-	for _, m := range regexp.MustCompile(`innerHTML\s*=\s*([^;]+);`).FindAllStringSubmatch(js, -1) {
-		assert.Contains(t, []string{"m.html", "f.html"}, strings.TrimSpace(m[1]))
+// TestScriptsSmall keeps every desktop script small, free of dependencies and of the one sink that
+// could turn streamed model text into markup, and checks that index.html loads each of them.
+func TestScriptsSmall(t *testing.T) {
+	page := renderTo(t, func(b *bytes.Buffer) error { return RenderIndex(b, IndexData{Lang: "zh"}) })
+	n := 0
+	for name, a := range assets {
+		if !strings.HasSuffix(name, ".js") {
+			continue
+		}
+		n++
+		js := string(a.body)
+		lines := strings.Count(js, "\n")
+		assert.Less(t, lines, 400, "%s should stay under 400 lines: split it by job", name)
+		assert.NotContains(t, js, "import ", name)
+		assert.NotContains(t, js, "eval(", name)
+		assert.NotContains(t, js, "document.write", name)
+		// innerHTML is assigned only from server-rendered html fields.
+		for _, m := range regexp.MustCompile(`innerHTML\s*=\s*([^;]+);`).FindAllStringSubmatch(js, -1) {
+			assert.Contains(t, []string{"m.html", "f.html"}, strings.TrimSpace(m[1]), name)
+		}
+		assert.Contains(t, page, `<script src="/assets/`+name+`?v=`+AssetVersion()+`" defer></script>`, "index.html loads %s", name)
 	}
+	assert.GreaterOrEqual(t, n, 7)
+	// core.js defines the namespace every other script uses, and start.js connects: first and last
+	// of the shell's own files.
+	assert.Less(t, strings.Index(page, "/assets/core.js"), strings.Index(page, "/assets/render.js"))
+	assert.Less(t, strings.Index(page, "/assets/share.js"), strings.Index(page, "/assets/start.js"))
 }
 
 func renderTo(t *testing.T, fn func(*bytes.Buffer) error) string {
@@ -100,7 +114,7 @@ func TestRenderIndex(t *testing.T) {
 		})
 		assert.Contains(t, out, `<html lang="`+tc.htmlLang+`"`)
 		assert.Contains(t, out, tc.label)
-		assert.Contains(t, out, `/assets/app.js?v=`+AssetVersion())
+		assert.Contains(t, out, `/assets/core.js?v=`+AssetVersion())
 		assert.Contains(t, out, `/assets/app.css?v=`+AssetVersion())
 		assert.Contains(t, out, "&lt;b&gt;eve&lt;/b&gt;", "user names are escaped")
 		assert.NotContains(t, out, "<b>eve")
