@@ -158,6 +158,12 @@
     cg.loadSessions();
   }
 
+  // A code block wider than the bubble scrolls sideways; keyboard users need to be able to focus it
+  // to scroll it (the sanitiser, rightly, lets no tabindex through from markdown).
+  cg.on('message-rendered', (art) => {
+    for (const pre of art.querySelectorAll('.bubble pre')) pre.tabIndex = 0;
+  });
+
   cg.on('frame:session.history', (f) => renderHistory(f.sessionId, f.messages || []));
   cg.on('frame:run.started', (f) => {
     const mine = f.sessionId === state.current && !!els.messages.querySelector('.msg.pending');
