@@ -217,9 +217,12 @@ func (a *Agent) Submit(ctx context.Context, t Turn) (*RunHandle, error) {
 	if err := validateTurn(t); err != nil {
 		return nil, err
 	}
-	id, err := newRunID()
-	if err != nil {
-		return nil, fmt.Errorf("agent: submit: %w", err)
+	id := t.RunID
+	if !t.Stored() {
+		var err error
+		if id, err = newRunID(); err != nil {
+			return nil, fmt.Errorf("agent: submit: %w", err)
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -256,6 +259,10 @@ func validateTurn(t Turn) error {
 		return fmt.Errorf("agent: %w: message is %d bytes, the limit is %d", ErrBadTurn, len(t.Text), MaxTurnBytes)
 	case !utf8.ValidString(t.Text):
 		return fmt.Errorf("agent: %w: message is not valid UTF-8", ErrBadTurn)
+	case t.Stored() && t.RunID == "":
+		return fmt.Errorf("agent: %w: a stored turn needs its run id", ErrBadTurn)
+	case !t.Stored() && t.RunID != "":
+		return fmt.Errorf("agent: %w: a run id is only given with its stored user message", ErrBadTurn)
 	}
 	return nil
 }

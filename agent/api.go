@@ -77,7 +77,17 @@ type Turn struct {
 	Text      string
 	Channel   string // "desktop", "feishu", …; recorded on the run, used for metrics
 	Sink      Sink   // optional per-run events, in addition to Agent.Subscribe subscribers
+	// RunID and UserMessageID, when set, name a turn the caller has already stored: its USER
+	// message (Text is that message's content) and a RUNNING run pointing at it, written in one
+	// transaction with the message's dedup key (store.AcceptInbound). The agent then runs that run
+	// instead of writing a message and a run of its own, so a turn accepted from a chat platform
+	// is never lost between being marked seen and being queued.
+	RunID         string
+	UserMessageID uint64
 }
+
+// Stored reports whether the turn's USER message and run were stored by the caller.
+func (t Turn) Stored() bool { return t.UserMessageID != 0 }
 
 // ChatMessage is one message handed to a Model.
 type ChatMessage struct {

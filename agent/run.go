@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,31 +95,40 @@ func (rs *runState) loop() (store.Phase, string) {
 	a, h, st := rs.a, rs.h, rs.a.cfg.Store
 	txt := a.text()
 
-	// The window is read before this turn's USER message is written, so it holds earlier turns only.
+	if h.turn.Stored() {
+		// The caller stored the USER message and the RUNNING run when it accepted the turn.
+		rs.out.UserMessageID = h.turn.UserMessageID
+		rs.runCreated = true
+	}
+	// The window holds earlier turns only: for a turn the agent writes itself it is read before
+	// this turn's USER message is written; a stored turn's window leaves it (and later queued
+	// turns) out.
 	history, err := rs.historyWindow()
 	if err != nil {
 		rs.emitStarted()
 		return store.PhaseFailed, txt.storeFailed(err)
 	}
-	user, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleUser, Content: h.turn.Text})
-	if err != nil {
-		rs.emitStarted()
-		return store.PhaseFailed, txt.storeFailed(err)
+	if !h.turn.Stored() {
+		user, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleUser, Content: h.turn.Text})
+		if err != nil {
+			rs.emitStarted()
+			return store.PhaseFailed, txt.storeFailed(err)
+		}
+		rs.out.UserMessageID = user.ID
+		// The user message is written first so that the run record can point at it; a crash in
+		// between leaves a user message without an answer, which is what the user would see anyway.
+		if _, err := st.CreateRun(rs.pctx, store.Run{ID: h.ID, SessionID: h.SessionID, Channel: h.turn.Channel, UserMessageID: user.ID}); err != nil {
+			rs.emitStarted()
+			return store.PhaseFailed, txt.storeFailed(err)
+		}
+		rs.runCreated = true
 	}
-	rs.out.UserMessageID = user.ID
 	rs.links.AddText(h.turn.Text)
 	for _, m := range history {
 		if m.Role == "user" {
 			rs.links.AddText(m.Content)
 		}
 	}
-	// The user message is written first so that the run record can point at it; a crash in between
-	// leaves a user message without an answer, which is what the user would see anyway.
-	if _, err := st.CreateRun(rs.pctx, store.Run{ID: h.ID, SessionID: h.SessionID, Channel: h.turn.Channel, UserMessageID: user.ID}); err != nil {
-		rs.emitStarted()
-		return store.PhaseFailed, txt.storeFailed(err)
-	}
-	rs.runCreated = true
 	rs.emitStarted()
 
 	msgs := append([]ChatMessage{{Role: "system", Content: SystemPrompt(a.cfg.Lang, a.cfg.Now())}}, history...)
@@ -420,13 +430,20 @@ type linkDecision struct {
 
 // historyWindow returns the conversation the model sees before this turn: the newest USER messages
 // and final ASSISTANT answers that fit in historyBudget characters (at most maxHistoryMessages),
-// oldest first, markers stripped (their numbers referred to earlier runs' sources), interrupted
-// answers and tool traffic left out. It reads the session backwards a page at a time and stops as
-// soon as the window is full, so its cost does not grow with the session.
+// in conversation order, markers stripped (their numbers referred to earlier runs' sources),
+// interrupted answers and tool traffic left out. It reads the session backwards a page at a time
+// and stops as soon as the window is full, so its cost does not grow with the session.
+//
+// A stored turn (Turn.Stored) was written when it was accepted, possibly while earlier turns of the
+// session were still waiting or running, so the session holds its USER message (and those of turns
+// queued after it) before the answers of the earlier runs. Its window leaves out every USER message
+// from its own on, and puts each earlier answer back behind the question it answers.
 func (rs *runState) historyWindow() ([]ChatMessage, error) {
-	var rev []ChatMessage // newest first
+	var rev []windowItem // newest first
 	budget := historyBudget
 	cursor := uint64(0)
+	own := rs.h.turn.UserMessageID
+fill:
 	for len(rev) < maxHistoryMessages {
 		page, err := rs.a.cfg.Store.ListDialogBefore(rs.pctx, rs.h.SessionID, cursor, historyPage)
 		if err != nil {
@@ -434,28 +451,66 @@ func (rs *runState) historyWindow() ([]ChatMessage, error) {
 		}
 		for i := len(page) - 1; i >= 0; i-- {
 			m := page[i]
+			if own != 0 && m.Role == store.RoleUser && m.ID >= own {
+				continue
+			}
 			cm, ok := historyMessage(m)
 			if !ok {
 				continue
 			}
 			n := utf8.RuneCountInString(cm.Content)
 			if n > budget || len(rev) >= maxHistoryMessages {
-				return reverse(rev), nil
+				break fill
 			}
 			budget -= n
-			rev = append(rev, cm)
+			rev = append(rev, windowItem{m, cm})
 		}
 		if len(page) < historyPage {
 			break
 		}
 		cursor = page[0].ID
 	}
-	return reverse(rev), nil
+	slices.Reverse(rev)
+	conversationOrder(rev)
+	out := make([]ChatMessage, len(rev))
+	for i, it := range rev {
+		out[i] = it.cm
+	}
+	return out, nil
 }
 
-func reverse(ms []ChatMessage) []ChatMessage {
-	slices.Reverse(ms)
-	return ms
+// windowItem is a stored message of the history window and what the model sees of it.
+type windowItem struct {
+	m  store.Message
+	cm ChatMessage
+}
+
+// conversationOrder puts each answer right behind the question of its run. Messages come in id
+// order, which is conversation order unless questions were stored while earlier runs were still
+// answering (stored turns): then an answer follows later questions. An answer whose question is
+// not in the window (older, or written before runs were recorded on messages) keeps its place
+// relative to the message before it, so for ordinary sessions the order is unchanged.
+func conversationOrder(items []windowItem) {
+	question := make(map[string]uint64, len(items))
+	for _, it := range items {
+		m := it.m
+		if m.Role == store.RoleUser && m.RunID != "" {
+			question[m.RunID] = m.ID
+		}
+	}
+	keys := make(map[uint64]uint64, len(items))
+	var prev uint64
+	for _, it := range items {
+		m, k := it.m, prev
+		switch {
+		case m.Role == store.RoleUser:
+			k = m.ID
+		case m.RunID != "" && question[m.RunID] != 0:
+			k = question[m.RunID]
+		}
+		keys[m.ID], prev = k, k
+	}
+	slices.SortStableFunc(items, func(a, b windowItem) int { return cmp.Compare(keys[a.m.ID], keys[b.m.ID]) })
 }
 
 // historyMessage turns one stored message into model history; ok is false for messages the model

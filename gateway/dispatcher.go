@@ -25,11 +25,11 @@ type DispatchAgent interface {
 
 // DispatchStore is the persistence the dispatcher needs; *store.Store satisfies it.
 type DispatchStore interface {
-	MarkSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
+	// AcceptInbound takes a message in one trip: dedup, the conversation's session (created and
+	// bound when missing) and the user's turn queued as a stored USER message and run.
+	AcceptInbound(ctx context.Context, in store.Inbound) (store.Accepted, error)
 	UnmarkSeen(ctx context.Context, key string) error
-	ConversationSession(ctx context.Context, key string) (string, error)
-	BindConversation(ctx context.Context, key, sessionID string) error
-	CreateSession(ctx context.Context, sess store.Session) (store.Session, error)
+	ConcludeRun(ctx context.Context, c store.Conclusion) (store.Run, store.Message, error)
 	LastMessageID(ctx context.Context, sessionID string) (uint64, error)
 	ShareSession(ctx context.Context, sessionID, ownerID string, watermark uint64) (string, store.Share, bool, error)
 	GetMessage(ctx context.Context, id uint64) (store.Message, error)
@@ -67,9 +67,10 @@ type Dispatcher struct {
 	// stopping is set when the server shuts down: runs cancelled from then on end their replies
 	// with the restart notice instead of the /stop one.
 	stopping atomic.Bool
-	// bindMu serialises creating and binding a conversation's session: webhook channels deliver
-	// concurrently, and two first messages must not each create a session of their own.
-	bindMu sync.Mutex
+	// convs serialises the inbound messages of one conversation from their store trip to their
+	// Submit, so that the order of the stored turns is the order of the runs. Conversations do not
+	// wait for each other.
+	convs keyedMutex
 	// qMu guards last: per conversation, the done channel of the newest reply job (an answer's
 	// reply pump or a notice). Each job waits for the previous one, so a conversation's answers and
 	// notices reach the platform in the order they were queued; qMu is held across Submit so that
@@ -177,77 +178,102 @@ func (d *Dispatcher) handle(ctx context.Context, ch channels.Channel, m channels
 		return
 	}
 	convKey := m.Channel + ":" + m.ConversationID
-	// Record the platform id before anything runs: a redelivery (also after a restart) finds it.
-	seenKey := "msg:" + m.Channel + ":" + m.ID
-	first, err := d.cfg.Store.MarkSeen(ctx, seenKey, d.cfg.DedupTTL)
-	if err != nil {
-		log.Error("dedup store failed; message not processed", "err", err)
-		d.notice(ch, m, convKey, noticeUnavailable)
-		return
-	}
-	if !first {
-		log.Info("duplicate delivery ignored")
-		return
-	}
-	// unmark forgets the id again when the message could not be queued, so that the platform's
-	// redelivery runs it instead of being dropped as a duplicate.
-	unmark := func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := d.cfg.Store.UnmarkSeen(uctx, seenKey); err != nil {
-			log.Error("could not forget the message id; a redelivery will be ignored", "err", err)
-		}
-	}
 	text := strings.TrimSpace(m.Text)
 	if text == "" {
 		return
 	}
-	switch strings.ToLower(strings.Fields(text)[0]) {
+	title := m.SenderName
+	if m.Group {
+		title = "群聊 " + m.ConversationID
+	}
+	// One store trip records the platform id (a redelivery, also after a restart, finds it),
+	// resolves the conversation's session and, for a question, stores the user's turn: either all
+	// of it or none of it, so no message is ever marked seen without being queued.
+	in := store.Inbound{
+		SeenKey:      "msg:" + m.Channel + ":" + m.ID,
+		SeenTTL:      d.cfg.DedupTTL,
+		Conversation: convKey,
+		Create:       &store.Session{UserID: convKey, Channel: m.Channel, Title: title},
+	}
+	cmd := strings.ToLower(strings.Fields(text)[0])
+	switch cmd {
 	case cmdNew:
-		if _, err := d.newSession(ctx, convKey, m); err != nil {
-			log.Error("new session failed", "err", err)
-			d.notice(ch, m, convKey, noticeNewFailed)
+		in.Fresh = true
+	case cmdStop, cmdShare:
+		in.Create = nil // a command never creates a session
+	default:
+		if len(text) > agent.MaxTurnBytes {
+			// Refused before it is stored: a message the agent cannot take is not kept either.
+			log.Warn("message too long", "bytes", len(text))
+			d.notice(ch, m, convKey, noticeBadMessage)
 			return
 		}
+		in.Turn = &store.InboundTurn{Channel: m.Channel, Text: text}
+	}
+	unlock := d.convs.lock(convKey)
+	defer unlock()
+	acc, err := d.cfg.Store.AcceptInbound(ctx, in)
+	if err != nil {
+		log.Error("accepting the message failed; not processed", "err", err)
+		d.notice(ch, m, convKey, noticeUnavailable)
+		return
+	}
+	if acc.Duplicate {
+		log.Info("duplicate delivery ignored")
+		return
+	}
+	switch cmd {
+	case cmdNew:
 		d.notice(ch, m, convKey, noticeNewSession)
 		return
 	case cmdStop:
-		sid, err := d.cfg.Store.ConversationSession(ctx, convKey)
 		// The notice is queued behind the answer being stopped, so it arrives after the
 		// answer's own "stopped" ending.
-		if err == nil && d.cfg.Agent.Cancel(sid) {
+		if acc.SessionID != "" && d.cfg.Agent.Cancel(acc.SessionID) {
 			d.notice(ch, m, convKey, noticeStopped)
 		} else {
 			d.notice(ch, m, convKey, noticeNothingRuns)
 		}
 		return
 	case cmdShare:
-		d.notice(ch, m, convKey, d.share(ctx, convKey, log))
+		d.notice(ch, m, convKey, d.share(ctx, acc.SessionID, convKey, log))
 		return
 	}
 
-	sid, err := d.sessionFor(ctx, convKey, m)
-	if err != nil {
-		log.Error("session lookup failed", "err", err)
-		unmark()
-		d.notice(ch, m, convKey, noticeUnavailable)
-		return
-	}
-	p := newPump(d, ch, m, log.With("session", sid))
-	// Submit here, synchronously, so that messages of one conversation keep their arrival order;
-	// the agent runs them one at a time and the reply is queued behind the conversation's
-	// previous job under the same lock.
+	sid := acc.SessionID
+	p := newPump(d, ch, m, log.With("session", sid, "run", acc.Run.ID))
+	// Submit here, synchronously and under the conversation's lock, so that the runs of a
+	// conversation run in the order their turns were stored; the reply is queued behind the
+	// conversation's previous job under qMu.
 	d.qMu.Lock()
-	h, err := d.cfg.Agent.Submit(ctx, agent.Turn{SessionID: sid, Text: text, Channel: m.Channel, Sink: p.push})
+	h, err := d.cfg.Agent.Submit(ctx, agent.Turn{
+		SessionID: sid, Text: text, Channel: m.Channel, Sink: p.push,
+		RunID: acc.Run.ID, UserMessageID: acc.UserMessage.ID,
+	})
 	if err != nil {
 		d.qMu.Unlock()
 		log.Error("submit failed", "err", err)
-		unmark()
-		d.notice(ch, m, convKey, submitNotice(err))
+		notice := submitNotice(err)
+		d.abandon(ctx, in.SeenKey, acc.Run.ID, notice, log)
+		d.notice(ch, m, convKey, notice)
 		return
 	}
 	d.queueLocked(convKey, func(ctx context.Context) { p.run(ctx, h) })
 	d.qMu.Unlock()
+}
+
+// abandon ends a stored turn the agent did not take: its run is recorded FAILED with the reason the
+// user is told, and the message id is forgotten so that the platform's redelivery is processed
+// instead of being dropped as a duplicate.
+func (d *Dispatcher) abandon(ctx context.Context, seenKey, runID, reason string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, _, err := d.cfg.Store.ConcludeRun(ctx, store.Conclusion{RunID: runID, Phase: store.PhaseFailed, Error: reason}); err != nil {
+		log.Error("could not record the refused turn as failed", "err", err)
+	}
+	if err := d.cfg.Store.UnmarkSeen(ctx, seenKey); err != nil {
+		log.Error("could not forget the message id; a redelivery will be ignored", "err", err)
+	}
 }
 
 // ownLink allows the gateway's own public links (share links) in notices.
@@ -307,59 +333,13 @@ func (d *Dispatcher) queueLocked(convKey string, job func(ctx context.Context)) 
 	}()
 }
 
-func (d *Dispatcher) sessionFor(ctx context.Context, convKey string, m channels.Message) (string, error) {
-	sid, err := d.cfg.Store.ConversationSession(ctx, convKey)
-	if err == nil {
-		return sid, nil
-	}
-	if !errors.Is(err, store.ErrNotFound) {
-		return "", err
-	}
-	d.bindMu.Lock()
-	defer d.bindMu.Unlock()
-	// Another message of the conversation may have created it while this one waited.
-	if sid, err := d.cfg.Store.ConversationSession(ctx, convKey); err == nil {
-		return sid, nil
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return "", err
-	}
-	return d.createSession(ctx, convKey, m)
-}
-
-// newSession starts a fresh session for the conversation (/new).
-func (d *Dispatcher) newSession(ctx context.Context, convKey string, m channels.Message) (string, error) {
-	d.bindMu.Lock()
-	defer d.bindMu.Unlock()
-	return d.createSession(ctx, convKey, m)
-}
-
-// createSession creates a session and binds the conversation to it; the caller holds bindMu.
-func (d *Dispatcher) createSession(ctx context.Context, convKey string, m channels.Message) (string, error) {
-	title := m.SenderName
-	if m.Group {
-		title = "群聊 " + m.ConversationID
-	}
-	sess, err := d.cfg.Store.CreateSession(ctx, store.Session{UserID: convKey, Channel: m.Channel, Title: title})
-	if err != nil {
-		return "", fmt.Errorf("create session: %w", err)
-	}
-	if err := d.cfg.Store.BindConversation(ctx, convKey, sess.ID); err != nil {
-		return "", fmt.Errorf("bind conversation: %w", err)
-	}
-	return sess.ID, nil
-}
-
-func (d *Dispatcher) share(ctx context.Context, convKey string, log *slog.Logger) string {
+// share creates a read-only link to the conversation's session sid ("" when it has none).
+func (d *Dispatcher) share(ctx context.Context, sid, convKey string, log *slog.Logger) string {
 	if d.cfg.PublicURL == "" {
 		return noticeNoShareURL
 	}
-	sid, err := d.cfg.Store.ConversationSession(ctx, convKey)
-	if errors.Is(err, store.ErrNotFound) {
+	if sid == "" {
 		return noticeNothingYet
-	}
-	if err != nil {
-		log.Error("share: session lookup failed", "err", err)
-		return noticeShareFailed
 	}
 	wm, err := d.cfg.Store.LastMessageID(ctx, sid)
 	if err != nil || wm == 0 {
@@ -392,5 +372,40 @@ func (d *Dispatcher) sendSafe(ctx context.Context, ch channels.Channel, m channe
 	defer cancel()
 	if err := ch.Send(ctx, m, text); err != nil {
 		d.log.Warn("channel send failed", "channel", ch.Name(), "err", err)
+	}
+}
+
+// keyedMutex is a mutex per key, held only while in use.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedLock
+}
+
+type keyedLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = make(map[string]*keyedLock)
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyedLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
 	}
 }

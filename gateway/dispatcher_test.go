@@ -20,6 +20,7 @@ import (
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/internal/testkit"
+	"github.com/citegate/citegate/store"
 )
 
 // recChannel is an in-process channels.Channel that records every call the dispatcher makes, so the
@@ -100,13 +101,19 @@ func assertMarkerFree(t *testing.T, s string) {
 
 func runCount(t *testing.T, st *testkit.Stack, convKey string) int {
 	t.Helper()
+	return len(runsOf(t, st, convKey))
+}
+
+// runsOf returns the runs of the conversation's bound session, oldest first.
+func runsOf(t *testing.T, st *testkit.Stack, convKey string) []store.Run {
+	t.Helper()
 	sid, err := st.Store.ConversationSession(context.Background(), convKey)
 	if err != nil {
-		return 0
+		return nil
 	}
 	runs, err := st.Store.ListRuns(context.Background(), sid)
 	require.NoError(t, err)
-	return len(runs)
+	return runs
 }
 
 func TestDispatcherAnswersWithVerifiedSourcesFooter(t *testing.T) {
@@ -383,8 +390,9 @@ func TestDispatcherStopNoticeFollowsTheStoppedAnswer(t *testing.T) {
 	assert.Equal(t, "send: 已停止当前回答。", got[1])
 }
 
-// TestDispatcherRedeliveryAfterFailedSubmitRuns: a message marked seen whose submit then failed is
-// forgotten again, so the platform's redelivery runs it. The user is told in plain words.
+// TestDispatcherRedeliveryAfterFailedSubmitRuns: a message stored on arrival whose submit then
+// failed is recorded as a FAILED run with the reason the user was told, and its id is forgotten, so
+// the platform's redelivery runs it. The user is told in plain words.
 func TestDispatcherRedeliveryAfterFailedSubmitRuns(t *testing.T) {
 	st := testkit.NewStack(t, testkit.StackOptions{})
 	ch := &recChannel{rate: 0}
@@ -396,15 +404,20 @@ func TestDispatcherRedeliveryAfterFailedSubmitRuns(t *testing.T) {
 	require.Len(t, sends, 1)
 	assert.Equal(t, "服务正在重启，请稍后重新发送这条消息。", sends[0])
 	assert.NotContains(t, sends[0], "agent:")
-	assert.Equal(t, 0, runCount(t, st, "rec:conv-1"))
+	runs := runsOf(t, st, "rec:conv-1")
+	require.Len(t, runs, 1, "the refused turn is kept, not lost")
+	assert.Equal(t, store.PhaseFailed, runs[0].Phase)
+	assert.Equal(t, "服务正在重启，请稍后重新发送这条消息。", runs[0].Error)
 
 	st.Restart(t) // the server is back; the platform redelivers
 	st.Dispatcher.Handler(ch).HandleMessage(ctx, msg("r1", "年假怎么申请？"))
 	st.Wait(t)
-	assert.Equal(t, 1, runCount(t, st, "rec:conv-1"), "the redelivered message runs")
+	runs = runsOf(t, st, "rec:conv-1")
+	require.Len(t, runs, 2, "the redelivered message runs")
+	assert.Equal(t, store.PhaseCompleted, runs[1].Phase)
 	st.Dispatcher.Handler(ch).HandleMessage(ctx, msg("r1", "年假怎么申请？"))
 	st.Wait(t)
-	assert.Equal(t, 1, runCount(t, st, "rec:conv-1"), "once it ran, it is a duplicate again")
+	assert.Equal(t, 2, runCount(t, st, "rec:conv-1"), "once it ran, it is a duplicate again")
 }
 
 // TestDispatcherShareNeedsPublicURL: without a configured public URL, /share explains what is
@@ -469,4 +482,68 @@ func TestDispatcherHidesUnverifiedLinks(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2.0, hidden)
+}
+
+// tripStore records the dispatcher's inbound store calls.
+type tripStore struct {
+	gateway.DispatchStore
+	mu    sync.Mutex
+	calls []string
+	fail  error // when set, AcceptInbound fails with it
+}
+
+func (s *tripStore) record(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, name)
+}
+
+func (s *tripStore) AcceptInbound(ctx context.Context, in store.Inbound) (store.Accepted, error) {
+	s.record("AcceptInbound")
+	if s.fail != nil {
+		return store.Accepted{}, s.fail
+	}
+	return s.DispatchStore.AcceptInbound(ctx, in)
+}
+
+func (s *tripStore) UnmarkSeen(ctx context.Context, key string) error {
+	s.record("UnmarkSeen")
+	return s.DispatchStore.UnmarkSeen(ctx, key)
+}
+
+func (s *tripStore) ConcludeRun(ctx context.Context, c store.Conclusion) (store.Run, store.Message, error) {
+	s.record("ConcludeRun")
+	return s.DispatchStore.ConcludeRun(ctx, c)
+}
+
+// TestDispatcherInboundIsOneStoreTrip: a question, /new, /stop and a duplicate each take exactly one
+// store call before the agent (dedup, session and the queued turn together); a store failure is
+// told to the user in plain words and leaves nothing marked, so a redelivery is processed.
+func TestDispatcherInboundIsOneStoreTrip(t *testing.T) {
+	st := testkit.NewStack(t, testkit.StackOptions{})
+	ts := &tripStore{DispatchStore: st.Store}
+	d, err := gateway.NewDispatcher(gateway.DispatcherConfig{Store: ts, Agent: st.Agent, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close(context.Background()) })
+	ch := &recChannel{rate: 0}
+	h := d.Handler(ch)
+	ctx := context.Background()
+	for _, m := range []channels.Message{msg("t1", "年假怎么申请？"), msg("t1", "年假怎么申请？"), msg("t2", "/new"), msg("t3", "/stop")} {
+		h.HandleMessage(ctx, m)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, d.Wait(waitCtx))
+	assert.Equal(t, []string{"AcceptInbound", "AcceptInbound", "AcceptInbound", "AcceptInbound"}, ts.calls)
+
+	ts.fail = errors.New("store: accept inbound: disk on fire")
+	h.HandleMessage(ctx, msg("t4", "电子发票抬头写错了怎么办？"))
+	require.NoError(t, d.Wait(waitCtx))
+	_, sends := ch.snapshot()
+	assert.Equal(t, "服务暂时不可用，请稍后再试。", sends[len(sends)-1])
+	ts.fail = nil
+	h.HandleMessage(ctx, msg("t4", "电子发票抬头写错了怎么办？"))
+	require.NoError(t, d.Wait(waitCtx))
+	replies, _ := ch.snapshot()
+	assert.Len(t, replies, 2, "the redelivery after the failure is answered")
 }
