@@ -50,6 +50,9 @@ type Backend interface {
 	MarkSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
 	PruneSeen(ctx context.Context) (int, error)
 	UnmarkSeen(ctx context.Context, key string) error
+	// AcceptInbound: dedup, conversation session (created and bound when missing) and the user's
+	// queued turn of one chat message, in one transaction.
+	AcceptInbound(ctx context.Context, in Inbound) (Accepted, error)
 
 	// Shares.
 	CreateShare(ctx context.Context, sessionID, ownerID string, watermark uint64) (string, Share, error)
