@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -309,4 +310,20 @@ func (e *testEnv) sessionOf(id uint64) string {
 	m, err := e.st.GetMessage(context.Background(), id)
 	require.NoError(e.t, err)
 	return m.SessionID
+}
+
+// joinDeltas merges consecutive answer.delta frames of one run into one (the gateway may send a
+// run's text in fewer frames than the model produced pieces).
+func joinDeltas(frames []map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, f := range frames {
+		if n := len(out); n > 0 && f["type"] == "answer.delta" && out[n-1]["type"] == "answer.delta" && out[n-1]["runId"] == f["runId"] {
+			joined := maps.Clone(out[n-1])
+			joined["text"] = joined["text"].(string) + f["text"].(string)
+			out[n-1] = joined
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
 }

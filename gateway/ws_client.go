@@ -26,7 +26,22 @@ const (
 
 type outFrame struct {
 	data []byte
-	at   time.Time // answer.delta: when the event happened, for the latency histogram
+	// delta, when set, is an answer.delta the write pump has not taken yet: later text of the same
+	// run joins it instead of becoming a frame of its own (see enqueueDelta); it is encoded when
+	// written, and data is unused.
+	delta *pendingDelta
+}
+
+// pendingDelta is the pending text of consecutive answer.delta events of one run.
+type pendingDelta struct {
+	sessionID, runID string
+	text             []byte
+	ats              []time.Time // when each joined event happened, for the latency histogram
+}
+
+// encode is the frame exactly as the hub encodes any other (wsFrame's field names and order).
+func (d *pendingDelta) encode() ([]byte, error) {
+	return json.Marshal(&wsFrame{Type: "answer.delta", SessionID: d.sessionID, RunID: d.runID, Text: string(d.text)})
 }
 
 // client is one websocket connection, after gorilla/websocket's chat example: producers (the hub,
@@ -87,7 +102,55 @@ func (c *client) enqueue(f outFrame) bool {
 		c.mu.Unlock()
 		return false
 	}
-	size := len(f.data)
+	return c.pushLocked(f, len(f.data))
+}
+
+// enqueueDelta queues an answer.delta's text. When the newest frame still waiting in the queue is an
+// answer.delta of the same run, the text joins it: the client receives the same text in fewer
+// frames (DESIGN §5 promises the text, not one frame per model chunk; joined marker-free pieces of
+// the Stripper's output are still marker-free), and a connection that falls behind catches up with
+// one write instead of hundreds. It reports whether the text was queued and whether it joined a
+// waiting frame (the write pump is then already due to run).
+func (c *client) enqueueDelta(sessionID, runID, text string, at time.Time) (queued, joined bool) {
+	select {
+	case <-c.done:
+		return false, false
+	default:
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false, false
+	}
+	if n := len(c.queue); n > 0 {
+		if d := c.queue[n-1].delta; d != nil && d.runID == runID && d.sessionID == sessionID {
+			if c.qBytes+len(text) > maxQueuedBytes {
+				c.mu.Unlock()
+				c.dropSlow()
+				return false, false
+			}
+			d.text = append(d.text, text...)
+			d.ats = append(d.ats, at)
+			c.qBytes += len(text)
+			c.mu.Unlock()
+			return true, true
+		}
+	}
+	d := &pendingDelta{sessionID: sessionID, runID: runID, text: []byte(text), ats: []time.Time{at}}
+	return c.pushLocked(outFrame{delta: d}, len(text)+len(sessionID)+len(runID)+64), false
+}
+
+// dropSlow closes a client whose queue is full.
+func (c *client) dropSlow() {
+	c.s.m.wsDropped.Inc()
+	c.s.log.Warn("websocket client too slow, dropping it", "user", c.user.ID)
+	// 1008 (policy violation): the client did not read its frames in time.
+	c.closeWith(websocket.ClosePolicyViolation, "client too slow")
+}
+
+// pushLocked appends f (charged size bytes) to the queue and wakes the write pump; c.mu is held and
+// is released here.
+func (c *client) pushLocked(f outFrame, size int) bool {
 	if size > maxQueuedBytes && len(c.queue) == 0 {
 		// One frame larger than the whole budget (the history of a long session) is not frames
 		// piling up behind a slow client: admit it alone, uncharged. A second one while it waits is
@@ -96,10 +159,7 @@ func (c *client) enqueue(f outFrame) bool {
 	}
 	if len(c.queue) >= maxQueuedFrames || c.qBytes+size > maxQueuedBytes {
 		c.mu.Unlock()
-		c.s.m.wsDropped.Inc()
-		c.s.log.Warn("websocket client too slow, dropping it", "user", c.user.ID)
-		// 1008 (policy violation): the client did not read its frames in time.
-		c.closeWith(websocket.ClosePolicyViolation, "client too slow")
+		c.dropSlow()
 		return false
 	}
 	c.queue = append(c.queue, f)
@@ -150,15 +210,26 @@ func (c *client) writePump() {
 					return
 				default:
 				}
+				data := f.data
+				if f.delta != nil {
+					var err error
+					if data, err = f.delta.encode(); err != nil {
+						c.s.log.Error("encode websocket frame", "type", "answer.delta", "err", err)
+						continue
+					}
+				}
 				_ = c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-				if err := c.conn.WriteMessage(websocket.TextMessage, f.data); err != nil {
+				if err := c.conn.WriteMessage(websocket.TextMessage, data); err != nil {
 					// A failed write (timeout, reset, close already sent) leaves gorilla's writer
 					// refusing every further write, so no partial frame is ever followed by bytes.
 					c.close()
 					return
 				}
-				if !f.at.IsZero() {
-					c.s.m.deltaLatency.Observe(time.Since(f.at).Seconds())
+				if f.delta != nil {
+					now := time.Now()
+					for _, at := range f.delta.ats {
+						c.s.m.deltaLatency.Observe(now.Sub(at).Seconds())
+					}
 				}
 			}
 			clear(batch)

@@ -181,21 +181,17 @@ func (h *hub) route(ev agent.Event, owner string, rec answerRecord) {
 		ok := ev.OK
 		f.CallID, f.Tool, f.OK = ev.CallID, ev.Tool, &ok
 	case agent.EventAnswerDelta:
-		f.Text = ev.Text
-		data, err := json.Marshal(f)
-		if err != nil {
-			return
-		}
-		queued := false
+		woke := false
 		for _, c := range cs {
-			if c.enqueue(outFrame{data: data, at: ev.At}) {
-				queued = true
+			if queued, joined := c.enqueueDelta(ev.SessionID, ev.RunID, ev.Text, ev.At); queued && !joined {
+				woke = true
 			}
 		}
-		if queued {
+		if woke {
 			// The send just made a connection's writer runnable; yield so it gets the CPU before
 			// this run goroutine goes on with CPU-heavy work (rendering, persistence). Without this
-			// the delta waits for the next preemption on a busy machine.
+			// the delta waits for the next preemption on a busy machine. Text that joined a waiting
+			// frame does not yield again: its writer is runnable already.
 			runtime.Gosched()
 		}
 		return

@@ -286,7 +286,7 @@ func TestWSRawSlowClientDropped(t *testing.T) {
 	for i := 0; i < 4*maxQueuedFrames; i++ {
 		f := deltaFrame(i, pad)
 		produced = append(produced, string(f))
-		c.enqueue(outFrame{data: f, at: time.Now()}) // a delta, as runs produce them
+		c.enqueue(outFrame{data: f}) // a delta, as runs produce them
 		select {
 		case <-c.done:
 		default:
@@ -385,7 +385,7 @@ func TestWSRawCloseWhileStreaming(t *testing.T) {
 					}
 					continue
 				}
-				if !c.enqueue(outFrame{data: deltaFrame(i, "abc"), at: time.Now()}) {
+				if !c.enqueue(outFrame{data: deltaFrame(i, "abc")}) {
 					select {
 					case <-c.done:
 						return
@@ -443,13 +443,21 @@ func TestWSRawCloseRaceEndToEnd(t *testing.T) {
 		wg.Go(func() {
 			require.NoError(t, raw.writeFrame(opText, []byte(`{"type":"chat.send","text":"问题"}`)))
 			deltas, seen := 0, 0
+			closed := false
 			results[k] = raw.readStream(60*time.Second, func(s *rawStream) {
 				for ; seen < len(s.messages); seen++ {
-					if strings.Contains(s.messages[seen], `"answer.delta"`) {
+					if closed {
+						continue
+					}
+					// Deltas that queue up join into fewer frames, so the answer may end before
+					// the k-th delta frame: then the close follows the answer.
+					isDelta := strings.Contains(s.messages[seen], `"answer.delta"`)
+					if isDelta {
 						deltas++
-						if deltas == 1+k%7 {
-							_ = raw.sendClose(1000)
-						}
+					}
+					if isDelta && deltas == 1+k%7 || strings.Contains(s.messages[seen], `"answer.final"`) {
+						closed = true
+						_ = raw.sendClose(1000)
 					}
 				}
 			})

@@ -92,8 +92,9 @@ func TestWSChatNewSessionFrames(t *testing.T) {
 	assert.NotContains(t, fin, "error")
 
 	// The second tab got the same run, starting with session.created.
+	// Each connection may receive the text in a different number of delta frames.
 	frames2 := tab2.until("run.finished")
-	assert.Equal(t, got, types(frames2))
+	assert.Equal(t, types(joinDeltas(frames)), types(joinDeltas(frames2)))
 
 	// session.open replays the stored record with sources.
 	ws.send(map[string]any{"type": "session.open", "sessionId": sid})
@@ -513,10 +514,10 @@ func TestWSEventRoutingNeverBlocksOnTheStore(t *testing.T) {
 	}
 	assert.False(t, bs.returned.Load(), "every event was handed over while the store read was still blocked")
 	close(bs.release)
-	frames := ws.until("run.finished")
-	assert.Equal(t, []string{"run.started", "answer.delta", "answer.delta", "run.finished"}, types(frames))
-	assert.Equal(t, "一", frames[1]["text"])
-	assert.Equal(t, "二", frames[2]["text"])
+	// The two deltas may arrive as one frame (they join while waiting for the write pump).
+	frames := joinDeltas(ws.until("run.finished"))
+	assert.Equal(t, []string{"run.started", "answer.delta", "run.finished"}, types(frames))
+	assert.Equal(t, "一二", frames[1]["text"])
 }
 
 // blockingStore blocks GetSession until release is closed.
