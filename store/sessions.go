@@ -1,10 +1,8 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -83,15 +81,7 @@ func (s *Store) ListSessions(ctx context.Context, userID string) ([]Session, err
 	if err != nil {
 		return nil, err
 	}
-	slices.SortStableFunc(out, func(a, b Session) int {
-		if c := b.UpdatedAt.Compare(a.UpdatedAt); c != 0 {
-			return c
-		}
-		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	sortSessions(out)
 	return out, nil
 }
 
