@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -263,6 +264,10 @@ func validateTurn(t Turn) error {
 		return fmt.Errorf("agent: %w: a stored turn needs its run id", ErrBadTurn)
 	case !t.Stored() && t.RunID != "":
 		return fmt.Errorf("agent: %w: a run id is only given with its stored user message", ErrBadTurn)
+	case t.Stored() && len(t.Metadata) > 0:
+		return fmt.Errorf("agent: %w: a stored turn's metadata is stored with its user message", ErrBadTurn)
+	case len(t.Metadata) > 0 && !isJSONObject(t.Metadata):
+		return fmt.Errorf("agent: %w: metadata is not a JSON object", ErrBadTurn)
 	}
 	return nil
 }
@@ -380,4 +385,10 @@ func (a *Agent) deliver(s Sink, ev Event) {
 		}
 	}()
 	s(ev)
+}
+
+// isJSONObject reports whether raw is one valid JSON object.
+func isJSONObject(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '{' && json.Valid(raw)
 }

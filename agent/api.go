@@ -84,6 +84,11 @@ type Turn struct {
 	// is never lost between being marked seen and being queued.
 	RunID         string
 	UserMessageID uint64
+	// Metadata, when set, is stored as the metadata of the turn's USER message; it must be a JSON
+	// object. The desktop records there what a turn is ({"regenerateOf": id} for a new answer to
+	// an earlier question, {"editOf": id} for an edited question) so that every later view of the
+	// history can show it the same way.
+	Metadata json.RawMessage
 }
 
 // Stored reports whether the turn's USER message and run were stored by the caller.

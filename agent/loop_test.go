@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -538,6 +539,8 @@ func TestSubmitValidation(t *testing.T) {
 		{"too long", Turn{SessionID: sid, Text: strings.Repeat("字", MaxTurnBytes/3+1)}},
 		{"invalid utf-8", Turn{SessionID: sid, Text: "abc\xff"}},
 		{"long session id", Turn{SessionID: strings.Repeat("s", 300), Text: "hi"}},
+		{"metadata not an object", Turn{SessionID: sid, Text: "hi", Metadata: json.RawMessage(`[1]`)}},
+		{"metadata not JSON", Turn{SessionID: sid, Text: "hi", Metadata: json.RawMessage(`{"a":`)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -550,8 +553,17 @@ func TestSubmitValidation(t *testing.T) {
 	_, err := a.Submit(ctx, Turn{SessionID: sid, Text: "hi"})
 	require.ErrorIs(t, err, context.Canceled)
 
+	// A turn's metadata is stored with its USER message.
+	out := run(t, a, sid, "年假", nil)
+	h, err := a.Submit(context.Background(), Turn{SessionID: sid, Text: "年假", Metadata: json.RawMessage(`{"regenerateOf":` + fmt.Sprint(out.UserMessageID) + `}`)})
+	require.NoError(t, err)
+	out2 := wait(t, h)
+	um, err := st.GetMessage(context.Background(), out2.UserMessageID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"regenerateOf":`+fmt.Sprint(out.UserMessageID)+`}`, string(um.Metadata))
+
 	// Exactly the limit is fine.
-	h, err := a.Submit(context.Background(), Turn{SessionID: sid, Text: strings.Repeat("a", MaxTurnBytes)})
+	h, err = a.Submit(context.Background(), Turn{SessionID: sid, Text: strings.Repeat("a", MaxTurnBytes)})
 	require.NoError(t, err)
 	wait(t, h)
 }

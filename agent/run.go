@@ -109,7 +109,7 @@ func (rs *runState) loop() (store.Phase, string) {
 		return store.PhaseFailed, txt.storeFailed(err)
 	}
 	if !h.turn.Stored() {
-		user, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleUser, Content: h.turn.Text})
+		user, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleUser, Content: h.turn.Text, Metadata: h.turn.Metadata})
 		if err != nil {
 			rs.emitStarted()
 			return store.PhaseFailed, txt.storeFailed(err)
