@@ -22,6 +22,11 @@ type messageJSON struct {
 	Citations   []citations.Citation `json:"citations"`
 	CreatedAt   time.Time            `json:"createdAt"`
 	Interrupted bool                 `json:"interrupted,omitempty"`
+	// Feedback is the owner's vote on an answer; RegenerateOf and EditOf say what a USER message
+	// is (a new answer to an earlier question, an edited question); see actions.go.
+	Feedback     *feedbackJSON `json:"feedback,omitempty"`
+	RegenerateOf uint64        `json:"regenerateOf,omitempty"`
+	EditOf       uint64        `json:"editOf,omitempty"`
 }
 
 type sessionJSON struct {
@@ -67,7 +72,7 @@ func (s *Server) toMessageJSON(m store.Message, lang string) messageJSON {
 	if cits == nil {
 		cits = []citations.Citation{}
 	}
-	return messageJSON{
+	mj := messageJSON{
 		ID:          m.ID,
 		Role:        m.Role,
 		Content:     m.Content,
@@ -76,6 +81,8 @@ func (s *Server) toMessageJSON(m store.Message, lang string) messageJSON {
 		CreatedAt:   m.CreatedAt,
 		Interrupted: m.Role == store.RoleAssistant && interrupted(m.Metadata),
 	}
+	addActionFields(&mj, m)
+	return mj
 }
 
 // ownedSession loads a session of u; anything else (missing or someone else's) is the same 404.

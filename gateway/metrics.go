@@ -17,6 +17,7 @@ type metrics struct {
 	wsDropped       prometheus.Counter
 	storeErrors     *prometheus.CounterVec // op
 	linksHidden     *prometheus.CounterVec // model, channel
+	feedback        *prometheus.CounterVec // vote: up, down (feedback.go)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -64,6 +65,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.storeErrors.WithLabelValues("ping")
 	var err error
 	if m.linksHidden, err = linksHiddenCounter(reg); err != nil {
+		return nil, err
+	}
+	if m.feedback, err = feedbackCounter(reg); err != nil {
 		return nil, err
 	}
 	return m, nil

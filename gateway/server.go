@@ -201,6 +201,14 @@ func (s *Server) routes() (_ http.Handler, err error) {
 	mux.HandleFunc("DELETE /api/shares/{token}", s.api(s.handleRevokeShare))
 	mux.HandleFunc("GET /api/sessions/{id}/export.jsonl", s.api(s.handleExport))
 	mux.HandleFunc("GET /api/messages/{id}/citations/{n}/preview", s.api(s.handlePreview))
+	// Message and chat actions (actions.go, chats.go, feedback.go, export_md.go).
+	mux.HandleFunc("PATCH /api/sessions/{id}", s.api(s.handleRenameSession))
+	mux.HandleFunc("DELETE /api/sessions/{id}", s.api(s.handleDeleteSession))
+	mux.HandleFunc("GET /api/search", s.api(s.handleSearch))
+	mux.HandleFunc("GET /api/sessions/{id}/export.md", s.api(s.handleExportMarkdown))
+	mux.HandleFunc("GET /api/messages/{id}/text", s.api(s.handleMessageText))
+	mux.HandleFunc("PUT /api/messages/{id}/feedback", s.api(s.handleSetFeedback))
+	mux.HandleFunc("DELETE /api/messages/{id}/feedback", s.api(s.handleClearFeedback))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound()) })
 
 	mux.HandleFunc("GET /s/{token}", s.handleSharePage)

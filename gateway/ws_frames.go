@@ -49,6 +49,11 @@ type clientFrame struct {
 	SessionID   string `json:"sessionId"`
 	Text        string `json:"text"`
 	ClientMsgID string `json:"clientMsgId"`
+	// MessageID names the message chat.regenerate and chat.edit act on.
+	MessageID uint64 `json:"messageId"`
+	// meta is the USER message's metadata for a turn chatSend submits on behalf of chat.regenerate
+	// or chat.edit (never read from the wire).
+	meta json.RawMessage
 }
 
 // quoteShort quotes at most 40 bytes of s for an error message, so a hostile frame type cannot

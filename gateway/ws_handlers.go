@@ -38,6 +38,10 @@ func (c *client) handle(ctx context.Context, data []byte) {
 		if !c.s.hub.ag.Cancel(f.SessionID) {
 			c.sendError(CodeBadRequest, "no run is in progress in this session", f.SessionID, f.ClientMsgID)
 		}
+	case "chat.regenerate":
+		c.chatRegenerate(ctx, f)
+	case "chat.edit":
+		c.chatEdit(ctx, f)
 	case "session.open":
 		if f.SessionID == "" {
 			c.sendError(CodeBadRequest, "session.open needs sessionId", "", f.ClientMsgID)
@@ -116,7 +120,7 @@ func (c *client) chatSend(ctx context.Context, f clientFrame) {
 	}
 	subCtx, cancel := context.WithTimeout(ctx, submitWait)
 	defer cancel()
-	if _, err := h.ag.Submit(subCtx, agent.Turn{SessionID: sessionID, Text: text, Channel: "desktop"}); err != nil {
+	if _, err := h.ag.Submit(subCtx, agent.Turn{SessionID: sessionID, Text: text, Channel: "desktop", Metadata: f.meta}); err != nil {
 		// The cause goes to the log; the user gets a sentence they can act on.
 		c.s.log.Warn("submit turn", "session", sessionID, "err", err)
 		code, msg := CodeInternal, c.say("could not start the answer; try again in a moment", "无法开始回答，请稍后再试。")
