@@ -25,6 +25,12 @@ type Backend interface {
 	SetSessionTitle(ctx context.Context, id, title string) error
 	BindConversation(ctx context.Context, key, sessionID string) error
 	ConversationSession(ctx context.Context, key string) (string, error)
+	// DeleteChat deletes one of userID's sessions with its messages, runs, share links and
+	// conversation bindings, in one transaction; not userID's is ErrNotFound.
+	DeleteChat(ctx context.Context, sessionID, userID string) (revokedShares int, err error)
+	// SearchSessions finds userID's sessions by title and conversation text (MatchTerms), newest
+	// first, bounded by opt.Limit and opt.MaxScan.
+	SearchSessions(ctx context.Context, userID, query string, opt SearchOptions) (SearchResult, error)
 
 	// Messages.
 	AppendMessage(ctx context.Context, m Message) (Message, error)
