@@ -30,11 +30,12 @@ var ErrNoAdminServer = errors.New("no citegate server is listening")
 // exit) until ctx ends. It lets the admin commands (`citegate user …`, `citegate backup`) work while
 // this process holds the database. Routes (JSON; errors as everywhere, {"error":{"code","message"}}):
 //
-//	POST /users        {"name"} → 201 {"id","name","token"}    (conflict: name taken)
+//	POST /users        {"name","operator"?,"actor"?} → 201 {"id","name","token","operator"} (conflict: name taken)
 //	GET  /users        → {"users":[store.UserInfo…]}
 //	POST /users/token  {"name"} → {"id","name","token"}        (rotate; closes the user's websockets)
 //	POST /users/revoke {"name"} → {"id","name"}                (closes the user's websockets)
 //	POST /users/login  {"name"} → {"id","name","url","expiresAt"} (conflict code "revoked")
+//	POST /users/operator {"name","operator","actor"} → {"id","name","operator","changed"} (audited)
 //	GET  /backup       → the bbolt file, with Content-Length (consistent online copy)
 func (s *Server) ServeAdmin(ctx context.Context) error {
 	if s.cfg.DataDir == "" {
@@ -59,6 +60,7 @@ func (s *Server) ServeAdmin(ctx context.Context) error {
 	mux.HandleFunc("POST /users/token", s.handleAdminRotate)
 	mux.HandleFunc("POST /users/revoke", s.handleAdminRevoke)
 	mux.HandleFunc("POST /users/login", s.handleAdminLogin)
+	mux.HandleFunc("POST /users/operator", s.handleAdminSetOperator)
 	mux.HandleFunc("GET /backup", s.handleAdminBackup)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound()) })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -135,6 +137,10 @@ const CodeRevoked = "revoked"
 
 type adminUserReq struct {
 	Name string `json:"name"`
+	// Operator asks for the operator role (POST /users, POST /users/operator).
+	Operator bool `json:"operator,omitempty"`
+	// Actor names the command line that asks, for the audit log of role changes ("cli:<account>").
+	Actor string `json:"actor,omitempty"`
 }
 
 // AdminUser is the admin API's answer about one user. Token is set when a token was created
@@ -143,22 +149,40 @@ type AdminUser struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	Token     string    `json:"token,omitempty"`
+	Operator  bool      `json:"operator,omitempty"`
 	URL       string    `json:"url,omitempty"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
 
 // adminName reads {"name"} from the request body.
 func adminName(w http.ResponseWriter, r *http.Request) (string, error) {
+	req, err := adminReq(w, r)
+	return req.Name, err
+}
+
+// adminReq reads the request body (adminUserReq) and checks the name.
+func adminReq(w http.ResponseWriter, r *http.Request) (adminUserReq, error) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	var req adminUserReq
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return "", errBadRequest("body must be {\"name\": \"…\"}")
+		return req, errBadRequest("body must be {\"name\": \"…\"}")
 	}
-	name := strings.TrimSpace(req.Name)
-	if name == "" {
-		return "", errBadRequest("user name is empty")
+	req.Name = strings.TrimSpace(req.Name)
+	if req.Name == "" {
+		return req, errBadRequest("user name is empty")
 	}
-	return name, nil
+	return req, nil
+}
+
+// adminActor is who asked on the admin socket, for the audit log. The socket is the server
+// account's own (mode 0600), so the account name the command line sends is as much as can be known;
+// a request that sends none is still recorded, as the socket.
+func adminActor(req adminUserReq) store.Actor {
+	a := strings.TrimSpace(req.Actor)
+	if a == "" || len(a) > 200 || strings.IndexFunc(a, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+		a = "cli:admin-socket"
+	}
+	return store.Actor{Name: a}
 }
 
 // adminStoreErr maps the store's answers to the admin API's codes. Unlike the public API, the admin
@@ -183,18 +207,47 @@ func (s *Server) adminStoreErr(op, name string, err error) *Error {
 }
 
 func (s *Server) handleAdminAddUser(w http.ResponseWriter, r *http.Request) {
-	name, err := adminName(w, r)
+	req, err := adminReq(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	u, tok, err := s.st.CreateUser(r.Context(), name)
+	u, tok, err := s.st.CreateUserRole(r.Context(), req.Name, req.Operator, adminActor(req))
 	if err != nil {
-		s.writeError(w, r, s.adminStoreErr("create_user", name, err))
+		s.writeError(w, r, s.adminStoreErr("create_user", req.Name, err))
 		return
 	}
-	s.log.InfoContext(r.Context(), "user created via admin socket", "user", u.ID, "name", u.Name)
-	writeJSON(w, http.StatusCreated, AdminUser{ID: u.ID, Name: u.Name, Token: tok})
+	s.log.InfoContext(r.Context(), "user created via admin socket", "user", u.ID, "name", u.Name, "operator", u.Operator)
+	writeJSON(w, http.StatusCreated, AdminUser{ID: u.ID, Name: u.Name, Token: tok, Operator: u.Operator})
+}
+
+// AdminRole is the admin API's answer to a role change.
+type AdminRole struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Operator bool   `json:"operator"`
+	// Changed is false when the user already had the role asked for (nothing was recorded).
+	Changed bool `json:"changed"`
+	// ConsoleURL is the operator console on this server.
+	ConsoleURL string `json:"consoleUrl"`
+}
+
+func (s *Server) handleAdminSetOperator(w http.ResponseWriter, r *http.Request) {
+	req, err := adminReq(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	u, changed, err := s.st.SetOperator(r.Context(), req.Name, req.Operator, adminActor(req))
+	if err != nil {
+		s.writeError(w, r, s.adminStoreErr("set_operator", req.Name, err))
+		return
+	}
+	if changed {
+		s.log.InfoContext(r.Context(), "operator role changed via admin socket", "user", u.ID, "operator", u.Operator)
+	}
+	writeJSON(w, http.StatusOK, AdminRole{ID: u.ID, Name: u.Name, Operator: u.Operator, Changed: changed,
+		ConsoleURL: s.cfg.PublicURL + "/operator"})
 }
 
 func (s *Server) handleAdminListUsers(w http.ResponseWriter, r *http.Request) {
@@ -388,6 +441,25 @@ func AdminAddUser(ctx context.Context, dataDir, name string) (string, error) {
 		return "", errors.New("admin: malformed answer from the server: no token")
 	}
 	return out.Token, nil
+}
+
+// AdminAddUserRole is AdminAddUser with the operator role given at creation when operator is set;
+// actor names the command line in the audit log.
+func AdminAddUserRole(ctx context.Context, dataDir, name string, operator bool, actor string) (AdminUser, error) {
+	var out AdminUser
+	err := adminJSON(ctx, dataDir, http.MethodPost, "/users", adminUserReq{Name: name, Operator: operator, Actor: actor}, &out)
+	if err == nil && out.Token == "" {
+		err = errors.New("admin: malformed answer from the server: no token")
+	}
+	return out, err
+}
+
+// AdminSetOperator grants (operator=true) or takes away the operator role through the server
+// running on dataDir; actor names the command line in the audit log.
+func AdminSetOperator(ctx context.Context, dataDir, name string, operator bool, actor string) (AdminRole, error) {
+	var out AdminRole
+	err := adminJSON(ctx, dataDir, http.MethodPost, "/users/operator", adminUserReq{Name: name, Operator: operator, Actor: actor}, &out)
+	return out, err
 }
 
 // AdminListUsers lists the users of the server running on dataDir.

@@ -166,6 +166,12 @@ type shareListEntry struct {
 	Title string `json:"title"`
 	// Live is false when the shared chat no longer exists.
 	Live bool `json:"live"`
+	// Own is true for the caller's own links; false only in an operator's list of every share.
+	Own bool `json:"own"`
+	// Owner is the name of the user who shared it.
+	Owner string `json:"owner"`
+	// OperatorURL is where an operator opens someone else's share (the console; audited).
+	OperatorURL string `json:"operatorUrl,omitempty"`
 }
 
 func (s *Server) shareURL(tok string) string {
@@ -209,8 +215,10 @@ func (s *Server) handleCreateShare(w http.ResponseWriter, r *http.Request, u sto
 	return nil
 }
 
-// handleListShares lists the caller's live share links, newest first. Operators will list every
-// share (DESIGN §5); until the role exists every caller is an owner and sees only their own.
+// handleListShares lists the caller's live share links, newest first. An operator gets every live
+// share (DESIGN §5) unless ?scope=own asks for their own only; other users' entries carry their
+// owner and the console address instead of a token, since an operator opens them through the
+// console, which audits the view (operatorShares).
 func (s *Server) handleListShares(w http.ResponseWriter, r *http.Request, u store.User) error {
 	list, err := s.st.ListShares(r.Context(), u.ID)
 	if err != nil {
@@ -222,7 +230,14 @@ func (s *Server) handleListShares(w http.ResponseWriter, r *http.Request, u stor
 			shareJSON: s.toShareJSON(e.Token, e.Share),
 			Title:     e.Session.Title,
 			Live:      e.Session.ID != "",
+			Own:       true,
+			Owner:     u.Name,
 		})
+	}
+	if u.Operator && r.URL.Query().Get("scope") != "own" {
+		if out, err = s.operatorShares(r.Context(), u, out); err != nil {
+			return err
+		}
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, map[string]any{"shares": out})
@@ -234,7 +249,8 @@ func (s *Server) handleListShares(w http.ResponseWriter, r *http.Request, u stor
 var shareIDRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // handleRevokeShare revokes a link named by its token or by its id. Anything not the caller's is
-// the same 404 as a missing link.
+// the same 404 as a missing link, except for an operator naming a share by its id: that revokes
+// it whoever owns it, recorded in the audit log as the console's revocation is.
 func (s *Server) handleRevokeShare(w http.ResponseWriter, r *http.Request, u store.User) error {
 	tok := r.PathValue("token")
 	if tok == "" || len(tok) > maxTokenLen {
@@ -243,6 +259,9 @@ func (s *Server) handleRevokeShare(w http.ResponseWriter, r *http.Request, u sto
 	var err error
 	if shareIDRE.MatchString(tok) {
 		err = s.st.RevokeShareID(r.Context(), tok, u.ID)
+		if u.Operator && errors.Is(err, store.ErrNotFound) {
+			err = s.operatorRevoke(r.Context(), u, tok)
+		}
 	} else {
 		err = s.st.RevokeShare(r.Context(), tok, u.ID)
 	}

@@ -213,6 +213,7 @@ func (s *Server) routes() (_ http.Handler, err error) {
 
 	mux.HandleFunc("GET /s/{token}", s.handleSharePage)
 	mux.HandleFunc("GET /s/{token}/export.jsonl", s.handleShareExport)
+	s.operatorRoutes(mux)
 
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", web.Assets()))
 	if s.cfg.KB != nil {

@@ -83,6 +83,17 @@ type Backend interface {
 	DeleteSession(ctx context.Context, token string) error
 	CreateWebSession(ctx context.Context, userID string, ttl time.Duration) (string, error)
 
+	// Operators and the audit log (operators.go, audit.go): the role, the shares an operator may
+	// reach, and the append-only record of what operators and role changes did.
+	CreateUserRole(ctx context.Context, name string, operator bool, by Actor) (User, string, error)
+	SetOperator(ctx context.Context, name string, operator bool, by Actor) (User, bool, error)
+	ListAllShares(ctx context.Context) ([]OperatorShare, error)
+	GetShareByID(ctx context.Context, id string) (Share, error)
+	RevokeShareAsOperator(ctx context.Context, id string, audit AuditEntry) (Share, error)
+	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
+	ListAudit(ctx context.Context, before uint64, limit int) ([]AuditEntry, error)
+	AuditSince(ctx context.Context, after uint64, limit int) ([]AuditEntry, error)
+
 	// Lifecycle.
 	Ping(ctx context.Context) error
 	Close() error

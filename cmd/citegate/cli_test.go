@@ -167,7 +167,7 @@ func apiStatus(t *testing.T, base, token, path string) int {
 	return resp.StatusCode
 }
 
-var allCommands = []string{"[serve]", "ask", "user add", "user list", "user token", "user revoke", "user login", "backup", "version", "help"}
+var allCommands = []string{"[serve]", "ask", "user add", "user list", "user token", "user revoke", "user login", "user grant-operator", "user revoke-operator", "backup", "version", "help"}
 
 func TestCLIHelpListsEveryCommand(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
@@ -179,7 +179,7 @@ func TestCLIHelpListsEveryCommand(t *testing.T) {
 	}
 	r := runBinary(t, cliEnv(t), "user", "--help")
 	assert.Equal(t, 0, r.code)
-	for _, c := range []string{"add", "list", "token", "revoke", "login"} {
+	for _, c := range []string{"add", "list", "token", "revoke", "login", "grant-operator", "revoke-operator"} {
 		assert.Contains(t, r.stdout, "citegate user "+c)
 	}
 	for _, args := range [][]string{{"serve", "--help"}, {"ask", "--help"}, {"user", "add", "--help"}, {"backup", "--help"}} {

@@ -11,6 +11,8 @@
 //	citegate user token NAME          give a user a new token (the old one stops working)
 //	citegate user revoke NAME         remove a user's token and browser sessions
 //	citegate user login NAME          print a one-time login link
+//	citegate user grant-operator NAME make a user an operator (the /operator console; audited)
+//	citegate user revoke-operator NAME take the operator role away (audited)
 //	citegate backup FILE              write a consistent copy of the database
 //	citegate version                  print the version
 package main
@@ -41,11 +43,16 @@ Usage:
   citegate [serve] [flags]          run the gateway (desktop view, API, channels)
   citegate ask [flags] "question"   answer one question and print it with its verified sources
   citegate user add NAME            create a user and print its access token alone on stdout
+                                    (--operator: an operator, who reviews shared conversations)
   citegate user list                list the users, whether they can log in, their browser sessions
   citegate user token NAME          give NAME a new access token; the old one, NAME's browser
                                     sessions and open connections stop working at once
   citegate user revoke NAME         remove NAME's token and browser sessions (history is kept)
   citegate user login NAME          print a one-time browser login link for NAME (15 minutes)
+  citegate user grant-operator NAME make NAME an operator: the /operator console lists every shared
+                                    conversation (never an unshared one); recorded in the audit log
+  citegate user revoke-operator NAME
+                                    take the operator role away from NAME; recorded in the audit log
   citegate backup FILE              write a consistent copy of the database to FILE
   citegate version                  print the version and source revision
   citegate help                     this text

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,12 +18,18 @@ import (
 
 const userUsage = `Usage:
   citegate user add NAME      create a user and print its access token alone on stdout
-  citegate user list          list the users
+                              (--operator: the user is an operator from the start)
+  citegate user list          list the users with their role (user or operator)
   citegate user token NAME    give NAME a new access token (printed alone on stdout); the old one,
                               NAME's browser sessions and open connections stop working at once
   citegate user revoke NAME   remove NAME's token and browser sessions; history is kept, and
                               "citegate user token NAME" lets them back in
   citegate user login NAME    print a one-time browser login link for NAME (valid 15 minutes)
+  citegate user grant-operator NAME
+                              make NAME an operator: they may open /operator, review every shared
+                              conversation (never an unshared one) and revoke shares; audited
+  citegate user revoke-operator NAME
+                              take the operator role away from NAME (their chats stay); audited
 
 Each works whether or not serve is running. Flags (e.g. --data DIR, --config FILE) may come before
 or after NAME; "citegate user add --help" lists them.
@@ -31,41 +40,56 @@ or after NAME; "citegate user add --help" lists them.
 type userCmd struct {
 	synopsis string
 	needName bool
-	direct   func(ctx context.Context, st store.Backend, cfg Config, name string, stdout, stderr io.Writer) error
-	viaAdmin func(ctx context.Context, cfg Config, name string, stdout, stderr io.Writer) error
+	// operatorFlag registers --operator (user add).
+	operatorFlag bool
+	direct       func(ctx context.Context, st store.Backend, cfg Config, a userArgs, stdout, stderr io.Writer) error
+	viaAdmin     func(ctx context.Context, cfg Config, a userArgs, stdout, stderr io.Writer) error
+}
+
+// userArgs is what a user subcommand was given.
+type userArgs struct {
+	name     string
+	operator bool // --operator
+	// actor names this command line in the audit log when it changes a role.
+	actor store.Actor
 }
 
 var userCmds = map[string]userCmd{
 	"add": {
-		synopsis: "citegate user add [flags] NAME   (prints the new user's access token alone on stdout)",
-		needName: true,
-		direct: func(ctx context.Context, st store.Backend, _ Config, name string, stdout, _ io.Writer) error {
-			_, tok, err := st.CreateUser(ctx, name)
+		synopsis:     "citegate user add [flags] [--operator] NAME   (prints the new user's access token alone on stdout)",
+		needName:     true,
+		operatorFlag: true,
+		direct: func(ctx context.Context, st store.Backend, _ Config, a userArgs, stdout, stderr io.Writer) error {
+			u, tok, err := st.CreateUserRole(ctx, a.name, a.operator, a.actor)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintln(stdout, tok)
+			noteOperator(stderr, u.Name, u.Operator)
 			return nil
 		},
-		viaAdmin: func(ctx context.Context, cfg Config, name string, stdout, _ io.Writer) error {
-			tok, err := gateway.AdminAddUser(ctx, cfg.Data, name)
+		viaAdmin: func(ctx context.Context, cfg Config, a userArgs, stdout, stderr io.Writer) error {
+			u, err := gateway.AdminAddUserRole(ctx, cfg.Data, a.name, a.operator, a.actor.Name)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(stdout, tok)
+			fmt.Fprintln(stdout, u.Token)
+			noteOperator(stderr, u.Name, u.Operator)
 			return nil
 		},
 	},
+	"grant-operator":  roleCmd(true),
+	"revoke-operator": roleCmd(false),
 	"list": {
 		synopsis: "citegate user list [flags]",
-		direct: func(ctx context.Context, st store.Backend, _ Config, _ string, stdout, _ io.Writer) error {
+		direct: func(ctx context.Context, st store.Backend, _ Config, _ userArgs, stdout, _ io.Writer) error {
 			users, err := st.ListUsers(ctx)
 			if err != nil {
 				return err
 			}
 			return printUsers(stdout, users)
 		},
-		viaAdmin: func(ctx context.Context, cfg Config, _ string, stdout, _ io.Writer) error {
+		viaAdmin: func(ctx context.Context, cfg Config, _ userArgs, stdout, _ io.Writer) error {
 			users, err := gateway.AdminListUsers(ctx, cfg.Data)
 			if err != nil {
 				return err
@@ -76,8 +100,8 @@ var userCmds = map[string]userCmd{
 	"token": {
 		synopsis: "citegate user token [flags] NAME   (prints NAME's new access token alone on stdout)",
 		needName: true,
-		direct: func(ctx context.Context, st store.Backend, _ Config, name string, stdout, stderr io.Writer) error {
-			u, tok, err := st.RotateToken(ctx, name)
+		direct: func(ctx context.Context, st store.Backend, _ Config, a userArgs, stdout, stderr io.Writer) error {
+			u, tok, err := st.RotateToken(ctx, a.name)
 			if err != nil {
 				return err
 			}
@@ -85,8 +109,8 @@ var userCmds = map[string]userCmd{
 			fmt.Fprintf(stderr, "%s has a new access token; the old one and %s's browser sessions no longer work.\n", u.Name, u.Name)
 			return nil
 		},
-		viaAdmin: func(ctx context.Context, cfg Config, name string, stdout, stderr io.Writer) error {
-			u, err := gateway.AdminRotateToken(ctx, cfg.Data, name)
+		viaAdmin: func(ctx context.Context, cfg Config, a userArgs, stdout, stderr io.Writer) error {
+			u, err := gateway.AdminRotateToken(ctx, cfg.Data, a.name)
 			if err != nil {
 				return err
 			}
@@ -98,16 +122,16 @@ var userCmds = map[string]userCmd{
 	"revoke": {
 		synopsis: "citegate user revoke [flags] NAME",
 		needName: true,
-		direct: func(ctx context.Context, st store.Backend, _ Config, name string, stdout, _ io.Writer) error {
-			u, err := st.RevokeUser(ctx, name)
+		direct: func(ctx context.Context, st store.Backend, _ Config, a userArgs, stdout, _ io.Writer) error {
+			u, err := st.RevokeUser(ctx, a.name)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "revoked %s: the token and browser sessions no longer work (history kept; `citegate user token %s` lets them back in)\n", u.Name, u.Name)
 			return nil
 		},
-		viaAdmin: func(ctx context.Context, cfg Config, name string, stdout, _ io.Writer) error {
-			u, err := gateway.AdminRevokeUser(ctx, cfg.Data, name)
+		viaAdmin: func(ctx context.Context, cfg Config, a userArgs, stdout, _ io.Writer) error {
+			u, err := gateway.AdminRevokeUser(ctx, cfg.Data, a.name)
 			if err != nil {
 				return err
 			}
@@ -118,8 +142,8 @@ var userCmds = map[string]userCmd{
 	"login": {
 		synopsis: "citegate user login [flags] NAME   (prints a one-time login link alone on stdout)",
 		needName: true,
-		direct: func(ctx context.Context, st store.Backend, cfg Config, name string, stdout, stderr io.Writer) error {
-			u, err := st.UserByName(ctx, name)
+		direct: func(ctx context.Context, st store.Backend, cfg Config, a userArgs, stdout, stderr io.Writer) error {
+			u, err := st.UserByName(ctx, a.name)
 			if err != nil {
 				return err
 			}
@@ -131,8 +155,8 @@ var userCmds = map[string]userCmd{
 			fmt.Fprintln(stderr, "(citegate serve is not running: start it before the link expires)")
 			return nil
 		},
-		viaAdmin: func(ctx context.Context, cfg Config, name string, stdout, stderr io.Writer) error {
-			u, err := gateway.AdminLoginLink(ctx, cfg.Data, name)
+		viaAdmin: func(ctx context.Context, cfg Config, a userArgs, stdout, stderr io.Writer) error {
+			u, err := gateway.AdminLoginLink(ctx, cfg.Data, a.name)
 			if err != nil {
 				return err
 			}
@@ -140,6 +164,66 @@ var userCmds = map[string]userCmd{
 			return nil
 		},
 	},
+}
+
+// roleCmd is `user grant-operator` (grant) or `user revoke-operator`.
+func roleCmd(grant bool) userCmd {
+	verb := "revoke-operator"
+	if grant {
+		verb = "grant-operator"
+	}
+	report := func(stdout io.Writer, console, name string, operator, changed bool) {
+		switch {
+		case changed && operator:
+			fmt.Fprintf(stdout, "%s is now an operator: they review shared conversations at %s (recorded in the audit log)\n", name, console)
+		case changed:
+			fmt.Fprintf(stdout, "%s is no longer an operator (recorded in the audit log)\n", name)
+		case operator:
+			fmt.Fprintf(stdout, "%s is already an operator; nothing changed\n", name)
+		default:
+			fmt.Fprintf(stdout, "%s is not an operator; nothing changed\n", name)
+		}
+	}
+	return userCmd{
+		synopsis: "citegate user " + verb + " [flags] NAME",
+		needName: true,
+		direct: func(ctx context.Context, st store.Backend, cfg Config, a userArgs, stdout, _ io.Writer) error {
+			u, changed, err := st.SetOperator(ctx, a.name, grant, a.actor)
+			if err != nil {
+				return err
+			}
+			report(stdout, strings.TrimRight(cfg.PublicURL, "/")+"/operator", u.Name, u.Operator, changed)
+			return nil
+		},
+		viaAdmin: func(ctx context.Context, cfg Config, a userArgs, stdout, _ io.Writer) error {
+			r, err := gateway.AdminSetOperator(ctx, cfg.Data, a.name, grant, a.actor.Name)
+			if err != nil {
+				return err
+			}
+			report(stdout, r.ConsoleURL, r.Name, r.Operator, r.Changed)
+			return nil
+		},
+	}
+}
+
+// noteOperator tells on stderr (stdout carries the token alone) that a new user is an operator.
+func noteOperator(stderr io.Writer, name string, operator bool) {
+	if operator {
+		fmt.Fprintf(stderr, "%s is an operator: /operator lists every shared conversation (recorded in the audit log).\n", name)
+	}
+}
+
+// cliActor names this command line in the audit log: "cli:" and the operating-system account that
+// ran it, which is all a local administrator's command can be attributed to.
+func cliActor(getenv func(string) string) store.Actor {
+	name := ""
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	if name == "" {
+		name = first(getenv("USER"), getenv("LOGNAME"), "uid "+strconv.Itoa(os.Getuid()))
+	}
+	return store.Actor{Name: "cli:" + name}
 }
 
 func printLogin(stdout, stderr io.Writer, name, link string, exp time.Time) {
@@ -154,13 +238,17 @@ func printUsers(w io.Writer, users []store.UserInfo) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tBROWSER SESSIONS\tCREATED")
+	fmt.Fprintln(tw, "NAME\tSTATE\tROLE\tBROWSER SESSIONS\tCREATED")
 	for _, u := range users {
 		state := "active"
 		if !u.Active {
 			state = "revoked"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", u.Name, state, u.WebSessions, u.CreatedAt.Local().Format("2006-01-02 15:04"))
+		role := "user"
+		if u.Operator {
+			role = "operator"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", u.Name, state, role, u.WebSessions, u.CreatedAt.Local().Format("2006-01-02 15:04"))
 	}
 	return tw.Flush()
 }
@@ -182,6 +270,10 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs := newFlagSet("user "+args[0], sub.synopsis, stderr)
 	fv := registerFlags(fs)
 	fv.logDefault = "warn"
+	var operator bool
+	if sub.operatorFlag {
+		fs.BoolVar(&operator, "operator", false, "give the new user the operator role (recorded in the audit log)")
+	}
 	pos, err := parse(fs, args[1:])
 	if err != nil {
 		return err
@@ -201,9 +293,10 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	if err != nil {
 		return err
 	}
+	a := userArgs{name: name, operator: operator, actor: cliActor(getenv)}
 	err = withStoreOrServer(ctx, cfg,
-		func(st store.Backend) error { return sub.direct(ctx, st, cfg, name, stdout, stderr) },
-		func(ctx context.Context) error { return sub.viaAdmin(ctx, cfg, name, stdout, stderr) })
+		func(st store.Backend) error { return sub.direct(ctx, st, cfg, a, stdout, stderr) },
+		func(ctx context.Context) error { return sub.viaAdmin(ctx, cfg, a, stdout, stderr) })
 	return userError(name, err)
 }
 
