@@ -2,7 +2,9 @@
 // the gateway. Each platform lives in its own subpackage behind the Channel interface and only moves
 // messages: it imports neither the agent nor the store. What is common — durable dedup, sessions per
 // conversation, chat commands, reply queues, and making every outbound text safe (no citation
-// marker, no unverified link) — is the gateway's Dispatcher.
+// marker, no unverified link) — is the gateway's Dispatcher. Every text an adapter is given is
+// safe already; adapters send it as it is and never strip or filter it again, so the rule lives in
+// one place (gateway/outbound.go) and costs one pass per text.
 package channels
 
 import (
@@ -33,8 +35,8 @@ type Handler interface {
 }
 
 // Reply is the outbound stream of one answer. The dispatcher calls Start once, then Update any number
-// of times with the full safe text so far (no marker, no unverified link) (each extending the previous one, at most
-// Limits.UpdatesPerSecond), then exactly one of Finish or Fail. Implementations split or truncate to
+// of times with the full safe text so far (no marker, no unverified link; each extending the
+// previous one, at most Limits.UpdatesPerSecond), then exactly one of Finish or Fail. Implementations split or truncate to
 // the platform's limits with a visible note.
 type Reply interface {
 	Start(ctx context.Context) error

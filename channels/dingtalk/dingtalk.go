@@ -19,7 +19,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/citegate/citegate/channels"
-	"github.com/citegate/citegate/citations"
 )
 
 // Name is the channel's key.
@@ -162,7 +161,7 @@ func (c *Channel) Send(ctx context.Context, m channels.Message, text string) err
 		return err
 	}
 	d := &deliverer{c: c, ref: ref}
-	return d.markdown(ctx, citations.Strip(text))
+	return d.markdown(ctx, text)
 }
 
 // Reply opens the reply stream for an answer to m.
@@ -221,8 +220,6 @@ func (d *deliverer) markdown(ctx context.Context, text string) error {
 
 // send delivers one markdown message.
 func (d *deliverer) send(ctx context.Context, title, text string) error {
-	// Defence in depth: whatever reaches a platform passes the marker stripper.
-	title, text = citations.Strip(title), citations.Strip(text)
 	if d.webhookUsable() {
 		err := d.c.webhookMarkdown(ctx, d.ref.SessionWebhook, title, text)
 		if err == nil {

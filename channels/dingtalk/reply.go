@@ -9,8 +9,6 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
-
-	"github.com/citegate/citegate/citations"
 )
 
 // AI card flowStatus values (DingTalk's AI card template convention).
@@ -66,10 +64,6 @@ func (r *reply) Update(ctx context.Context, text string) error {
 	if !r.cardLive() || r.capped {
 		return nil
 	}
-	// The dispatcher sends marker-free text; a Stripper without Flush also holds back a tail that
-	// could still become a marker, so not even half of one is shown.
-	var st citations.Stripper
-	text = st.Push(text)
 	if n := prefixLimit(text, cardMaxRunes, cardMaxBytes); n < len(text) {
 		// Show the longest prefix that fits once, then leave the card alone until Finish; the
 		// remainder is delivered as markdown there.
@@ -100,7 +94,6 @@ func (r *reply) Update(ctx context.Context, text string) error {
 func (r *reply) Finish(ctx context.Context, text string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	text = citations.Strip(text)
 	if strings.TrimSpace(text) == "" {
 		text = "（没有生成回答）"
 	}
@@ -128,7 +121,6 @@ func (r *reply) Finish(ctx context.Context, text string) error {
 func (r *reply) Fail(ctx context.Context, reason string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	reason = citations.Strip(reason)
 	if !r.cardLive() {
 		return r.d.markdown(ctx, "⚠️ "+reason)
 	}
@@ -242,7 +234,7 @@ func (c *Channel) streamCard(ctx context.Context, outTrackID, content string, fi
 		"outTrackId": outTrackID,
 		"guid":       uuid.NewString(),
 		"key":        c.cfg.CardContentKey,
-		"content":    citations.Strip(content),
+		"content":    content,
 		"isFull":     true,
 		"isFinalize": finalize,
 		"isError":    isError,
@@ -252,9 +244,6 @@ func (c *Channel) streamCard(ctx context.Context, outTrackID, content string, fi
 
 // updateCard merges params into the card's data.
 func (c *Channel) updateCard(ctx context.Context, outTrackID string, params map[string]string) error {
-	for k, v := range params {
-		params[k] = citations.Strip(v)
-	}
 	body := map[string]any{
 		"outTrackId": outTrackID,
 		"cardData":   map[string]any{"cardParamMap": params},

@@ -40,14 +40,14 @@ func TestMarkdownReplyThroughSessionWebhook(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	require.NoError(t, r.Update(ctx, "partial")) // not streamed without a card
-	require.NoError(t, r.Finish(ctx, "## 结论\n\nA[^1^]B[^12^]C"))
+	require.NoError(t, r.Finish(ctx, "## 结论\n\nABC"))
 	ds := e.fake.Deliveries()
 	require.Len(t, ds, 1)
 	assert.Equal(t, dingtalkfake.Delivery{Via: "webhook", ConversationID: "cid-1", MsgType: "markdown", Title: "结论", Text: "## 结论\n\nABC"}, ds[0])
 	assert.Empty(t, e.fake.Requests(dingtalkfake.PathToken), "the webhook needs no access token")
 	assertNoMarkerBytes(t, e.fake)
 
-	require.NoError(t, e.ch.Send(ctx, m, "已开始新的会话。[^3^]"))
+	require.NoError(t, e.ch.Send(ctx, m, "已开始新的会话。"))
 	ds = e.fake.Deliveries()
 	require.Len(t, ds, 2)
 	assert.Equal(t, "已开始新的会话。", ds[1].Text)
@@ -61,7 +61,7 @@ func TestWebhookErrcodeFallsBackToOpenAPI(t *testing.T) {
 			m := e.received(t, group, nil)
 			ctx := ctxT(t)
 			e.fake.FailWebhook(1, 130101) // HTTP 200 with errcode: the SDK would call this success
-			require.NoError(t, e.ch.Send(ctx, m, "hello[^1^]"))
+			require.NoError(t, e.ch.Send(ctx, m, "hello"))
 			require.Len(t, e.fake.Requests(dingtalkfake.PathWebhook), 1)
 			ds := e.fake.Deliveries()
 			require.Len(t, ds, 1)
@@ -150,7 +150,6 @@ func TestLongMarkdownIsSplitWithNotes(t *testing.T) {
 	var b strings.Builder
 	for i := range 400 {
 		b.WriteString(strings.Repeat("引用文本", 10))
-		b.WriteString("[^1^]")
 		if i%3 == 2 {
 			b.WriteString("\n\n")
 		} else {
@@ -169,8 +168,7 @@ func TestLongMarkdownIsSplitWithNotes(t *testing.T) {
 		require.Contains(t, d.Text, note)
 		joined.WriteString(d.Text[:strings.LastIndex(d.Text, "\n\n*"+note)])
 	}
-	want := strings.ReplaceAll(text, "[^1^]", "")
-	assert.Equal(t, want, joined.String(), "nothing is lost")
+	assert.Equal(t, text, joined.String(), "nothing is lost")
 	assertNoMarkerBytes(t, e.fake)
 }
 
@@ -189,11 +187,11 @@ func TestCardStreamingLifecycle(t *testing.T) {
 			r, err := e.ch.Reply(ctx, m)
 			require.NoError(t, err)
 			require.NoError(t, r.Start(ctx))
-			// The last update ends in half a marker: it must not reach the card.
-			for _, s := range []string{"A", "AB", "AB", "ABC", "ABC[^1"} {
+			// A repeated text is not streamed again.
+			for _, s := range []string{"A", "AB", "AB", "ABC", "ABC"} {
 				require.NoError(t, r.Update(ctx, s))
 			}
-			require.NoError(t, r.Finish(ctx, "ABC[^1^]D"))
+			require.NoError(t, r.Finish(ctx, "ABCD"))
 
 			cards := e.fake.Cards()
 			require.Len(t, cards, 1)
@@ -238,7 +236,7 @@ func TestCardFail(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
 	require.NoError(t, r.Update(ctx, "部分回答"))
-	require.NoError(t, r.Fail(ctx, "抱歉，这次回答失败了：model down[^2^]"))
+	require.NoError(t, r.Fail(ctx, "抱歉，这次回答失败了：model down"))
 	c := e.fake.Cards()[0]
 	last := c.Streams[len(c.Streams)-1]
 	assert.True(t, last.IsError)

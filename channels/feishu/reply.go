@@ -17,7 +17,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/citegate/citegate/channels"
-	"github.com/citegate/citegate/citations"
 )
 
 const (
@@ -57,7 +56,7 @@ func (c *Channel) Send(ctx context.Context, m channels.Message, text string) err
 	if err != nil {
 		return err
 	}
-	return c.sendText(ctx, ref, citations.Strip(text))
+	return c.sendText(ctx, ref, text)
 }
 
 func refOf(m channels.Message) (Ref, error) {
@@ -205,10 +204,9 @@ func (r *reply) Update(ctx context.Context, text string) error {
 	if !r.card || r.done {
 		return nil
 	}
-	// A fresh Stripper over the full text strips every marker and holds back a tail that could
-	// still become one, so not even half a marker reaches the card.
-	var st citations.Stripper
-	view := streamingView(st.Push(text))
+	// The text is safe already (the gateway strips markers and applies the link rule once, for
+	// every channel), so each update costs the view only, not another pass over the full text.
+	view := streamingView(text)
 	if view == "" || view == r.shown {
 		return nil
 	}
@@ -229,7 +227,6 @@ func (r *reply) Finish(ctx context.Context, text string) error {
 		return nil
 	}
 	r.done = true
-	text = citations.Strip(text)
 	if strings.TrimSpace(text) == "" {
 		text = emptyAnswer
 	}
@@ -262,7 +259,7 @@ func (r *reply) Fail(ctx context.Context, reason string) error {
 		return nil
 	}
 	r.done = true
-	reason = strings.TrimSpace(citations.Strip(reason))
+	reason = strings.TrimSpace(reason)
 	if reason == "" {
 		reason = "回答失败 / the answer failed"
 	}

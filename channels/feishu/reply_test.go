@@ -66,9 +66,8 @@ func TestCardStreaming(t *testing.T) {
 	// Updates come faster than CardKit allows; the reply paces them itself.
 	text := ""
 	for i := 0; i < 14; i++ {
-		text += "第" + string(rune('A'+i)) + "段[^" // the partial marker must not get out
+		text += "第" + string(rune('A'+i)) + "段 "
 		require.NoError(t, r.Update(ctx, text))
-		text = strings.TrimSuffix(text, "[^") + "[^" + string(rune('1'+i%9)) + "^] "
 	}
 	require.NoError(t, r.Update(ctx, text), "same text again is a no-op")
 	require.NoError(t, r.Finish(ctx, text+"完。"))
@@ -127,7 +126,7 @@ func TestCardFallbacks(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, r.Start(ctx))
 			require.NoError(t, r.Update(ctx, "部分"))
-			require.NoError(t, r.Finish(ctx, "部分回答[^1^]，完整。"))
+			require.NoError(t, r.Finish(ctx, "部分回答，完整。"))
 			assert.Len(t, fake.Cards(), tc.wantCards)
 			var texts []string
 			for _, rep := range fake.Replies() {
@@ -185,7 +184,7 @@ func TestFail(t *testing.T) {
 	r2, err := ch.Reply(ctx, msg("om_fail2"))
 	require.NoError(t, err)
 	require.NoError(t, r2.Start(ctx))
-	require.NoError(t, r2.Fail(ctx, "失败[^2^]"))
+	require.NoError(t, r2.Fail(ctx, "失败"))
 	assert.Equal(t, "⚠️ 失败", fake.Cards()[1].Elements["answer"])
 	checkCards(t, fake)
 }
@@ -269,11 +268,11 @@ func cutRunes(s string, n int) int {
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-func TestSendSplitsAndStrips(t *testing.T) {
+func TestSendRepliesAsGiven(t *testing.T) {
 	fake := newFake(t)
 	ch, _ := startedChannel(t, fake, nil)
 	ctx := ctxT(t)
-	require.NoError(t, ch.Send(ctx, msg("om_cmd"), "已开始新的会话。[^3^]"))
+	require.NoError(t, ch.Send(ctx, msg("om_cmd"), "已开始新的会话。"))
 	require.NoError(t, ch.Send(ctx, channels.Message{ID: "om_noref", ConversationID: "oc_9"}, "ok"))
 	require.Error(t, ch.Send(ctx, channels.Message{}, "nowhere"))
 	replies := fake.Replies()

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/citegate/citegate/citations"
 )
 
 // failNotice is sent when Fail has no reason to show.
@@ -106,7 +104,7 @@ func (r *reply) Finish(ctx context.Context, text string) error {
 // ("抱歉，这次回答失败了：…"), so it is sent as it is; an empty reason gets a generic sentence.
 func (r *reply) Fail(ctx context.Context, reason string) error {
 	r.halt()
-	text := citations.Strip(reason)
+	text := reason
 	if strings.TrimSpace(text) == "" {
 		text = failNotice
 	}

@@ -27,7 +27,6 @@ import (
 	"github.com/silenceper/wechat/v2/util"
 
 	"github.com/citegate/citegate/channels"
-	"github.com/citegate/citegate/citations"
 )
 
 // Name is the channel's key.
@@ -499,16 +498,15 @@ func openIDOf(m channels.Message) string {
 	return m.ConversationID
 }
 
-// sendLong strips markers, splits and sends. It stops at the first failed part: later parts would
+// sendLong splits and sends a text that is safe already (the gateway made it so). It stops at the first failed part: later parts would
 // fail the same way (window closed) or arrive out of context.
 func (c *Channel) sendLong(ctx context.Context, openID, text string) error {
-	text = citations.Strip(text)
 	if strings.TrimSpace(text) == "" {
 		text = "（没有可显示的回答）"
 	}
 	parts := splitText(text, maxPartBytes, maxParts)
 	for i, p := range parts {
-		if err := c.api.sendText(ctx, openID, citations.Strip(p)); err != nil {
+		if err := c.api.sendText(ctx, openID, p); err != nil {
 			c.logSendError(err, i+1, len(parts))
 			return fmt.Errorf("wechat: send part %d/%d: %w", i+1, len(parts), err)
 		}
