@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -22,114 +21,6 @@ func startRun(t *testing.T, s *Store, sess Session) Run {
 	r, err := s.CreateRun(ctx, Run{SessionID: sess.ID, Channel: "desktop", UserMessageID: u.ID})
 	require.NoError(t, err)
 	return r
-}
-
-func TestConcludeRunWritesAnswerPhaseAndMetadataTogether(t *testing.T) {
-	ctx := context.Background()
-	s, _ := openTest(t)
-	sess := newSession(t, s, "u1")
-	r := startRun(t, s, sess)
-	tool, err := s.AppendMessage(ctx, Message{SessionID: sess.ID, RunID: r.ID, Role: RoleTool, ToolName: "web_search", Content: "{}"})
-	require.NoError(t, err)
-
-	meta := json.RawMessage(`{"citations": [{"n":1,"url":"https://a.example/"}], "links":{"hidden":0,"allowed":[]}}`)
-	run, final, err := s.ConcludeRun(ctx, Conclusion{
-		RunID: r.ID, Phase: PhaseCompleted,
-		Final:       &Message{SessionID: sess.ID, RunID: r.ID, Role: RoleAssistant, Content: "A[^1^]", Metadata: meta},
-		MarkersSeen: 2, MarkersKept: 1, MarkersDropped: 1,
-	})
-	require.NoError(t, err)
-	assert.Greater(t, final.ID, tool.ID)
-	assert.Equal(t, PhaseCompleted, run.Phase)
-	assert.Equal(t, final.ID, run.FinalMessageID)
-	assert.Equal(t, [3]int{2, 1, 1}, [3]int{run.MarkersSeen, run.MarkersKept, run.MarkersDropped})
-	assert.False(t, run.EndedAt.IsZero())
-
-	got, err := s.GetRun(ctx, r.ID)
-	require.NoError(t, err)
-	assert.Equal(t, run, got)
-	msg, err := s.GetMessage(ctx, final.ID)
-	require.NoError(t, err)
-	assert.Equal(t, `{"citations":[{"n":1,"url":"https://a.example/"}],"links":{"hidden":0,"allowed":[]}}`, string(msg.Metadata))
-	assert.Equal(t, final, msg)
-	assert.Nil(t, rawGet(t, s, bucketRunning, []byte(r.ID)), "off the running list")
-
-	// The run's own messages through the run index: the tool result and the answer, not the USER
-	// message written before the run existed.
-	own, err := s.ListRunMessages(ctx, r.ID)
-	require.NoError(t, err)
-	require.Len(t, own, 2)
-	assert.Equal(t, []uint64{tool.ID, final.ID}, []uint64{own[0].ID, own[1].ID})
-
-	// A second conclusion is refused and writes nothing: no second answer appears.
-	_, _, err = s.ConcludeRun(ctx, Conclusion{RunID: r.ID, Phase: PhaseFailed,
-		Final: &Message{SessionID: sess.ID, RunID: r.ID, Role: RoleAssistant, Content: "again"}})
-	require.ErrorIs(t, err, ErrConflict)
-	all, err := s.ListMessages(ctx, sess.ID)
-	require.NoError(t, err)
-	assert.Len(t, all, 3)
-	checkConsistency(t, s)
-}
-
-func TestConcludeRunWithoutFinalAndRecovery(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "citegate.db")
-	s := openAt(t, path, nil)
-	sess := newSession(t, s, "u1")
-	failed := startRun(t, s, sess)
-	left := startRun(t, s, sess)
-
-	run, final, err := s.ConcludeRun(ctx, Conclusion{RunID: failed.ID, Phase: PhaseFailed, Error: "model down"})
-	require.NoError(t, err)
-	assert.Zero(t, final.ID)
-	assert.Zero(t, run.FinalMessageID)
-	assert.Equal(t, "model down", run.Error)
-
-	// A run left RUNNING by a "crash" is recovered as FAILED, and has no answer.
-	require.NoError(t, s.Close())
-	s = openAt(t, path, nil)
-	assert.Equal(t, 1, s.RecoveredRuns())
-	got, err := s.GetRun(ctx, left.ID)
-	require.NoError(t, err)
-	assert.Equal(t, PhaseFailed, got.Phase)
-	assert.Zero(t, got.FinalMessageID)
-}
-
-func TestConcludeRunRejectsBadInput(t *testing.T) {
-	ctx := context.Background()
-	s, _ := openTest(t)
-	sess := newSession(t, s, "u1")
-	other := newSession(t, s, "u2")
-	r := startRun(t, s, sess)
-	tests := []struct {
-		name string
-		c    Conclusion
-		want error
-	}{
-		{"not terminal", Conclusion{RunID: r.ID, Phase: PhaseRunning}, ErrInvalid},
-		{"negative counts", Conclusion{RunID: r.ID, Phase: PhaseCompleted, MarkersSeen: -1}, ErrInvalid},
-		{"unknown run", Conclusion{RunID: "nope", Phase: PhaseFailed}, ErrNotFound},
-		{"final not an answer", Conclusion{RunID: r.ID, Phase: PhaseCompleted,
-			Final: &Message{SessionID: sess.ID, RunID: r.ID, Role: RoleTool, Content: "x"}}, ErrInvalid},
-		{"final of another run", Conclusion{RunID: r.ID, Phase: PhaseCompleted,
-			Final: &Message{SessionID: sess.ID, RunID: "other", Role: RoleAssistant, Content: "x"}}, ErrInvalid},
-		{"final in another session", Conclusion{RunID: r.ID, Phase: PhaseCompleted,
-			Final: &Message{SessionID: other.ID, RunID: r.ID, Role: RoleAssistant, Content: "x"}}, ErrInvalid},
-		{"metadata not an object", Conclusion{RunID: r.ID, Phase: PhaseCompleted,
-			Final: &Message{SessionID: sess.ID, RunID: r.ID, Role: RoleAssistant, Content: "x", Metadata: json.RawMessage(`[1]`)}}, ErrInvalid},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := s.ConcludeRun(ctx, tc.c)
-			require.ErrorIs(t, err, tc.want)
-			got, err := s.GetRun(ctx, r.ID)
-			require.NoError(t, err)
-			assert.Equal(t, PhaseRunning, got.Phase, "nothing written")
-			all, err := s.ListMessages(ctx, sess.ID)
-			require.NoError(t, err)
-			assert.Len(t, all, 1)
-		})
-	}
 }
 
 // fillSession appends n turns (USER, ASSISTANT with a tool call, TOOL, ASSISTANT answer) to sess.
@@ -160,54 +51,6 @@ func ids(ms []Message) []uint64 {
 		out[i] = m.ID
 	}
 	return out
-}
-
-func TestListMessagesBeforePages(t *testing.T) {
-	ctx := context.Background()
-	s, _ := openTest(t)
-	a := newSession(t, s, "u1")
-	b := newSession(t, s, "u1")
-	// Interleave two sessions so that a page must not run into the neighbour's keys.
-	all := fillSession(t, s, a, 3)
-	fillSession(t, s, b, 2)
-	all = append(all, fillSession(t, s, a, 2)...)
-
-	page, err := s.ListMessagesBefore(ctx, a.ID, 0, 6)
-	require.NoError(t, err)
-	assert.Equal(t, ids(all[len(all)-6:]), ids(page), "the newest page, ascending")
-	var got []Message
-	cursor := uint64(0)
-	for {
-		page, err := s.ListMessagesBefore(ctx, a.ID, cursor, 7)
-		require.NoError(t, err)
-		if len(page) == 0 {
-			break
-		}
-		got = append(page, got...)
-		cursor = page[0].ID
-	}
-	assert.Equal(t, ids(all), ids(got), "walking back page by page yields the whole session once")
-
-	dialog, err := s.ListDialogBefore(ctx, a.ID, 0, 4)
-	require.NoError(t, err)
-	n := len(all)
-	assert.Equal(t, ids([]Message{all[n-8], all[n-5], all[n-4], all[n-1]}), ids(dialog), "the last two turns' questions and answers")
-	dialog, err = s.ListDialogBefore(ctx, a.ID, dialog[0].ID, 100)
-	require.NoError(t, err)
-	assert.Len(t, dialog, 6, "USER and answers of the three earlier turns, no tool traffic")
-
-	_, err = s.ListMessagesBefore(ctx, "missing", 0, 5)
-	require.ErrorIs(t, err, ErrNotFound)
-	_, err = s.ListMessagesBefore(ctx, a.ID, 0, 0)
-	require.ErrorIs(t, err, ErrInvalid)
-	empty := newSession(t, s, "u1")
-	page, err = s.ListMessagesBefore(ctx, empty.ID, 0, 5)
-	require.NoError(t, err)
-	assert.Empty(t, page)
-	// The session sorting right after a's id must not leak into a's first page either.
-	page, err = s.ListMessagesBefore(ctx, a.ID, all[0].ID, 5)
-	require.NoError(t, err)
-	assert.Empty(t, page)
 }
 
 // TestOpenMigratesSchema1 writes a file the way schema 1 did (no kinds, no run index, version 1)

@@ -67,7 +67,7 @@ type Accepted struct {
 // nothing is written, the dedup key included).
 func (s *Store) AcceptInbound(ctx context.Context, in Inbound) (Accepted, error) {
 	const op = "accept inbound"
-	if err := s.checkInbound(&in); err != nil {
+	if err := checkInbound(&in); err != nil {
 		return Accepted{}, fmt.Errorf("store: %s: %w", op, err)
 	}
 	now := s.now()
@@ -142,7 +142,7 @@ func (s *Store) AcceptInbound(ctx context.Context, in Inbound) (Accepted, error)
 }
 
 // checkInbound rejects a malformed Inbound before any transaction.
-func (s *Store) checkInbound(in *Inbound) error {
+func checkInbound(in *Inbound) error {
 	switch {
 	case in.SeenKey == "":
 		return fmt.Errorf("%w: empty dedup key", ErrInvalid)

@@ -37,7 +37,7 @@ func (s *Store) AppendMessage(ctx context.Context, m Message) (Message, error) {
 }
 
 // prepareMessage checks m and puts its metadata and time in stored form, outside any transaction.
-func (s *Store) prepareMessage(m Message) (Message, error) {
+func (s clock) prepareMessage(m Message) (Message, error) {
 	if err := checkID("session", m.SessionID); err != nil {
 		return Message{}, err
 	}
@@ -63,7 +63,7 @@ func (s *Store) prepareMessage(m Message) (Message, error) {
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = s.nowUTC()
 	} else {
-		m.CreatedAt = normTime(m.CreatedAt)
+		m.CreatedAt = s.norm(m.CreatedAt)
 	}
 	return m, nil
 }

@@ -31,7 +31,7 @@ func (s *Store) CreateRun(ctx context.Context, r Run) (Run, error) {
 
 // prepareRun gives a new run its ID (when empty), phase RUNNING and StartedAt, and clears the
 // terminal fields, outside any transaction.
-func (s *Store) prepareRun(r Run) (Run, error) {
+func (s clock) prepareRun(r Run) (Run, error) {
 	if r.ID == "" {
 		r.ID = newID()
 	}
@@ -42,7 +42,7 @@ func (s *Store) prepareRun(r Run) (Run, error) {
 	if r.StartedAt.IsZero() {
 		r.StartedAt = s.nowUTC()
 	} else {
-		r.StartedAt = normTime(r.StartedAt)
+		r.StartedAt = s.norm(r.StartedAt)
 	}
 	r.EndedAt = time.Time{}
 	r.Error = ""

@@ -24,7 +24,7 @@ func (s *Store) CreateSession(ctx context.Context, sess Session) (Session, error
 }
 
 // prepareSession assigns a new session its ID (when empty) and timestamps, outside any transaction.
-func (s *Store) prepareSession(sess Session) (Session, error) {
+func (s clock) prepareSession(sess Session) (Session, error) {
 	if sess.ID == "" {
 		sess.ID = newID()
 	}
@@ -35,7 +35,7 @@ func (s *Store) prepareSession(sess Session) (Session, error) {
 	if sess.CreatedAt.IsZero() {
 		sess.CreatedAt = now
 	} else {
-		sess.CreatedAt = normTime(sess.CreatedAt)
+		sess.CreatedAt = s.norm(sess.CreatedAt)
 	}
 	sess.UpdatedAt = now
 	return sess, nil

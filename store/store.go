@@ -74,15 +74,35 @@ type Options struct {
 	Timeout time.Duration    // how long to wait for the file lock; default 1s
 	Logger  *slog.Logger     // nil discards the log
 	Now     func() time.Time // injected clock; default time.Now
+
+	// PostgreSQL only (OpenPG); bbolt ignores them.
+	//
+	// Owner names this process as the owner of the runs it creates (runs.owner); default
+	// "<hostname>:<pid>:<random>". RunLease is how long a new run is owned without a renewal
+	// (default DefaultRunLease). A process starting with an Owner name recovers the RUNNING runs
+	// left under that name at once; other runs only once their lease expired.
+	Owner    string
+	RunLease time.Duration
 }
 
 // Store is citegate's bbolt-backed persistence. It is safe for concurrent use.
 type Store struct {
-	db        *bolt.DB
-	path      string
-	log       *slog.Logger
-	now       func() time.Time
+	db   *bolt.DB
+	path string
+	log  *slog.Logger
+	clock
 	recovered int
+}
+
+// clock is the injected time source and the normal form of stored times. Both backends embed it,
+// so the checks and defaults that prepare a record outside a transaction (prepareMessage,
+// prepareSession, prepareRun) are one piece of code.
+type clock struct {
+	now func() time.Time
+	// res is the resolution of stored times: 0 keeps nanoseconds (bbolt stores RFC 3339 text);
+	// PostgreSQL's timestamptz keeps microseconds, so PG truncates to that and a value it returns
+	// equals the value read back.
+	res time.Duration
 }
 
 // Open opens (creating if needed) the database file at path. It creates the parent directory with
@@ -115,7 +135,7 @@ func Open(path string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	db.MaxBatchDelay = batchDelay
-	s := &Store{db: db, path: path, log: opt.Logger, now: opt.Now}
+	s := &Store{db: db, path: path, log: opt.Logger, clock: clock{now: opt.Now}}
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
@@ -242,9 +262,18 @@ func (s *Store) RecoveredRuns() int { return s.recovered }
 
 // nowUTC returns the injected clock's time without a monotonic reading and in UTC, so a value
 // returned to the caller equals the value read back from disk.
-func (s *Store) nowUTC() time.Time { return s.now().Round(0).UTC() }
+func (c clock) nowUTC() time.Time { return c.norm(c.now()) }
 
-// normTime gives caller-supplied times the same normal form as nowUTC.
+// norm gives caller-supplied times the same normal form as nowUTC.
+func (c clock) norm(t time.Time) time.Time {
+	t = t.Round(0).UTC()
+	if c.res > 0 {
+		t = t.Truncate(c.res)
+	}
+	return t
+}
+
+// normTime gives caller-supplied times bbolt's normal form (clock.norm with nanosecond resolution).
 func normTime(t time.Time) time.Time { return t.Round(0).UTC() }
 
 // newID returns a random url-safe identifier (128 bits).

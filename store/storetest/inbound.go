@@ -1,33 +1,21 @@
-package store
+package storetest
 
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/citegate/citegate/store"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func inboundMsg(id, text string) Inbound {
-	in := Inbound{
-		SeenKey:      "msg:feishu:" + id,
-		SeenTTL:      48 * time.Hour,
-		Conversation: "feishu:oc_1",
-		Create:       &Session{UserID: "feishu:oc_1", Channel: "feishu", Title: "Alice"},
-	}
-	if text != "" {
-		in.Turn = &InboundTurn{Channel: "feishu", Text: text}
-	}
-	return in
-}
-
-func TestAcceptInboundQueuesTheTurnInOneStep(t *testing.T) {
+func testAcceptInboundQueuesTheTurnInOneStep(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, clock := openTest(t)
+	s, clock := h.openTest(t)
 
 	first, err := s.AcceptInbound(ctx, inboundMsg("om_1", "年假怎么算？"))
 	require.NoError(t, err)
@@ -43,7 +31,7 @@ func TestAcceptInboundQueuesTheTurnInOneStep(t *testing.T) {
 	assert.Equal(t, "feishu", sess.Channel)
 
 	// The turn is stored: a USER message of the run, and the run RUNNING and pointing at it.
-	assert.Equal(t, PhaseRunning, first.Run.Phase)
+	assert.Equal(t, store.PhaseRunning, first.Run.Phase)
 	assert.Equal(t, first.UserMessage.ID, first.Run.UserMessageID)
 	run, err := s.GetRun(ctx, first.Run.ID)
 	require.NoError(t, err)
@@ -51,7 +39,7 @@ func TestAcceptInboundQueuesTheTurnInOneStep(t *testing.T) {
 	msgs, err := s.ListMessages(ctx, first.SessionID)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	assert.Equal(t, RoleUser, msgs[0].Role)
+	assert.Equal(t, store.RoleUser, msgs[0].Role)
 	assert.Equal(t, "年假怎么算？", msgs[0].Content)
 	assert.Equal(t, first.Run.ID, msgs[0].RunID)
 	assert.Equal(t, first.UserMessage, msgs[0])
@@ -68,7 +56,7 @@ func TestAcceptInboundQueuesTheTurnInOneStep(t *testing.T) {
 	// A redelivery writes nothing.
 	dup, err := s.AcceptInbound(ctx, inboundMsg("om_1", "年假怎么算？"))
 	require.NoError(t, err)
-	assert.Equal(t, Accepted{Duplicate: true}, dup)
+	assert.Equal(t, store.Accepted{Duplicate: true}, dup)
 	msgs, err = s.ListMessages(ctx, first.SessionID)
 	require.NoError(t, err)
 	assert.Len(t, msgs, 2, "a duplicate queues nothing")
@@ -84,9 +72,9 @@ func TestAcceptInboundQueuesTheTurnInOneStep(t *testing.T) {
 	assert.Equal(t, first.SessionID, again.SessionID)
 }
 
-func TestAcceptInboundCommands(t *testing.T) {
+func testAcceptInboundCommands(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, _ := openTest(t)
+	s, _ := h.openTest(t)
 
 	// A command of a conversation without a session resolves nothing and creates nothing, but the
 	// message id is recorded.
@@ -94,9 +82,9 @@ func TestAcceptInboundCommands(t *testing.T) {
 	stop.Create = nil
 	got, err := s.AcceptInbound(ctx, stop)
 	require.NoError(t, err)
-	assert.Equal(t, Accepted{}, got)
+	assert.Equal(t, store.Accepted{}, got)
 	_, err = s.ConversationSession(ctx, "feishu:oc_1")
-	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorIs(t, err, store.ErrNotFound)
 	got, err = s.AcceptInbound(ctx, stop)
 	require.NoError(t, err)
 	assert.True(t, got.Duplicate)
@@ -108,7 +96,7 @@ func TestAcceptInboundCommands(t *testing.T) {
 	stop.SeenKey = "msg:feishu:om_3"
 	got, err = s.AcceptInbound(ctx, stop)
 	require.NoError(t, err)
-	assert.Equal(t, Accepted{SessionID: q.SessionID}, got)
+	assert.Equal(t, store.Accepted{SessionID: q.SessionID}, got)
 
 	// /new: a fresh session, bound in place of the old one, which is kept.
 	fresh := inboundMsg("om_4", "")
@@ -130,15 +118,15 @@ func TestAcceptInboundCommands(t *testing.T) {
 // TestAcceptInboundAllOrNothing: when any part fails, nothing is stored — in particular the dedup
 // key, so that the platform's redelivery is processed instead of being dropped as a duplicate of
 // a message that was never queued.
-func TestAcceptInboundAllOrNothing(t *testing.T) {
+func testAcceptInboundAllOrNothing(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, _ := openTest(t)
+	s, _ := h.openTest(t)
 
 	// A turn in a conversation that has no session and may not create one.
 	in := inboundMsg("om_1", "问题")
 	in.Create = nil
 	_, err := s.AcceptInbound(ctx, in)
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
 	fresh, err := s.MarkSeen(ctx, in.SeenKey, time.Hour)
 	require.NoError(t, err)
 	assert.True(t, fresh, "the failed message's id was not recorded")
@@ -149,12 +137,12 @@ func TestAcceptInboundAllOrNothing(t *testing.T) {
 	require.NoError(t, err)
 	clash := inboundMsg("om_3", "另一个问题")
 	clash.Conversation = "feishu:oc_2"
-	clash.Create = &Session{UserID: "feishu:oc_2", Channel: "feishu"}
+	clash.Create = &store.Session{UserID: "feishu:oc_2", Channel: "feishu"}
 	clash.Turn.RunID = q.Run.ID
 	_, err = s.AcceptInbound(ctx, clash)
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, store.ErrConflict)
 	_, err = s.ConversationSession(ctx, "feishu:oc_2")
-	assert.ErrorIs(t, err, ErrNotFound, "the binding was rolled back")
+	assert.ErrorIs(t, err, store.ErrNotFound, "the binding was rolled back")
 	sessions, err := s.ListSessions(ctx, "feishu:oc_2")
 	require.NoError(t, err)
 	assert.Empty(t, sessions, "the session was rolled back")
@@ -166,35 +154,35 @@ func TestAcceptInboundAllOrNothing(t *testing.T) {
 	assert.Equal(t, q.UserMessage.ID, last)
 }
 
-func TestAcceptInboundRejectsMalformedInput(t *testing.T) {
+func testAcceptInboundRejectsMalformedInput(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, _ := openTest(t)
-	cases := map[string]func(*Inbound){
-		"no key":            func(in *Inbound) { in.SeenKey = "" },
-		"no ttl":            func(in *Inbound) { in.SeenTTL = 0 },
-		"no conversation":   func(in *Inbound) { in.Conversation = "" },
-		"fresh, no session": func(in *Inbound) { in.Create = nil; in.Fresh = true },
-		"blank text":        func(in *Inbound) { in.Turn.Text = " \n" },
-		"NUL in run id":     func(in *Inbound) { in.Turn.RunID = "a\x00b" },
-		"NUL in session id": func(in *Inbound) { in.Create.ID = "a\x00b" },
+	s, _ := h.openTest(t)
+	cases := map[string]func(*store.Inbound){
+		"no key":            func(in *store.Inbound) { in.SeenKey = "" },
+		"no ttl":            func(in *store.Inbound) { in.SeenTTL = 0 },
+		"no conversation":   func(in *store.Inbound) { in.Conversation = "" },
+		"fresh, no session": func(in *store.Inbound) { in.Create = nil; in.Fresh = true },
+		"blank text":        func(in *store.Inbound) { in.Turn.Text = " \n" },
+		"NUL in run id":     func(in *store.Inbound) { in.Turn.RunID = "a\x00b" },
+		"NUL in session id": func(in *store.Inbound) { in.Create.ID = "a\x00b" },
 	}
 	for name, mutate := range cases {
 		in := inboundMsg("om_1", "问题")
 		mutate(&in)
 		_, err := s.AcceptInbound(ctx, in)
-		assert.ErrorIs(t, err, ErrInvalid, name)
+		assert.ErrorIs(t, err, store.ErrInvalid, name)
 	}
 	_, err := s.ConversationSession(ctx, "feishu:oc_1")
-	assert.ErrorIs(t, err, ErrNotFound, "nothing was written")
+	assert.ErrorIs(t, err, store.ErrNotFound, "nothing was written")
 }
 
 // TestAcceptInboundConcurrentFirstMessages: webhook channels deliver concurrently, and the first
 // messages of a conversation must share one session rather than each create their own.
-func TestAcceptInboundConcurrentFirstMessages(t *testing.T) {
+func testAcceptInboundConcurrentFirstMessages(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, _ := openTest(t)
+	s, _ := h.openTest(t)
 	const n = 24
-	res := make([]Accepted, n)
+	res := make([]store.Accepted, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -225,24 +213,37 @@ func TestAcceptInboundConcurrentFirstMessages(t *testing.T) {
 
 // TestAcceptedTurnSurvivesACrash: a queued turn the agent never ran is not lost after a crash: the
 // message stays in the session, its run is recovered as FAILED, and a redelivery is a duplicate.
-func TestAcceptedTurnSurvivesACrash(t *testing.T) {
+func testAcceptedTurnSurvivesACrash(t *testing.T, h Harness) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "citegate.db")
+	path := h.NewDB(t)
 	clock := newClock()
-	s := openAt(t, path, clock)
+	s := h.openAt(t, path, clock)
 	q, err := s.AcceptInbound(ctx, inboundMsg("om_1", "问题"))
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 
-	s = openAt(t, path, clock)
+	s = h.openAt(t, path, clock)
 	assert.Equal(t, 1, s.RecoveredRuns())
 	run, err := s.GetRun(ctx, q.Run.ID)
 	require.NoError(t, err)
-	assert.Equal(t, PhaseFailed, run.Phase)
+	assert.Equal(t, store.PhaseFailed, run.Phase)
 	msg, err := s.GetMessage(ctx, q.UserMessage.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "问题", msg.Content)
 	dup, err := s.AcceptInbound(ctx, inboundMsg("om_1", "问题"))
 	require.NoError(t, err)
 	assert.True(t, dup.Duplicate)
+}
+
+func inboundMsg(id, text string) store.Inbound {
+	in := store.Inbound{
+		SeenKey:      "msg:feishu:" + id,
+		SeenTTL:      48 * time.Hour,
+		Conversation: "feishu:oc_1",
+		Create:       &store.Session{UserID: "feishu:oc_1", Channel: "feishu", Title: "Alice"},
+	}
+	if text != "" {
+		in.Turn = &store.InboundTurn{Channel: "feishu", Text: text}
+	}
+	return in
 }

@@ -1,23 +1,22 @@
-package store
+package storetest
 
 import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/citegate/citegate/store"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 )
 
-func TestCreateUserAndTokenLookup(t *testing.T) {
+func testCreateUserAndTokenLookup(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, clock := openTest(t)
+	s, clock := h.openTest(t)
 
 	n, err := s.CountUsers(ctx)
 	require.NoError(t, err)
@@ -36,7 +35,7 @@ func TestCreateUserAndTokenLookup(t *testing.T) {
 	assert.NotEqual(t, alice.ID, bob.ID)
 	assert.NotEqual(t, aliceToken, bobToken)
 
-	for token, want := range map[string]User{aliceToken: alice, bobToken: bob} {
+	for token, want := range map[string]store.User{aliceToken: alice, bobToken: bob} {
 		got, err := s.UserByToken(ctx, token)
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
@@ -50,37 +49,30 @@ func TestCreateUserAndTokenLookup(t *testing.T) {
 
 	for _, bad := range []string{"", "x", aliceToken + "x", aliceToken[:len(aliceToken)-1], strings.ToUpper(aliceToken)} {
 		_, err := s.UserByToken(ctx, bad)
-		assert.ErrorIs(t, err, ErrNotFound, "token %q", bad)
+		assert.ErrorIs(t, err, store.ErrNotFound, "token %q", bad)
 		if bad != "" {
 			assert.NotContains(t, err.Error(), bad, "errors never echo a token")
 		}
 	}
 	_, err = s.GetUser(ctx, "nope")
-	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorIs(t, err, store.ErrNotFound)
 
 	// Only the hash is stored: the raw bucket holds sha256 keys, and no token appears anywhere in
 	// the file.
-	require.NoError(t, s.db.View(func(tx *bolt.Tx) error {
-		keys := map[string]string{}
-		require.NoError(t, tx.Bucket(bucketUserTokens).ForEach(func(k, v []byte) error {
-			keys[string(k)] = string(v)
-			return nil
-		}))
-		assert.Equal(t, map[string]string{hashToken(aliceToken): alice.ID, hashToken(bobToken): bob.ID}, keys)
-		return nil
-	}))
-	require.NoError(t, s.Close())
-	file, err := os.ReadFile(s.Path())
-	require.NoError(t, err)
+	for _, tok := range []string{aliceToken, bobToken} {
+		assert.True(t, h.stored(t, s, "user_token", hashToken(tok)))
+		assert.False(t, h.stored(t, s, "user_token", tok))
+	}
+	file := h.dump(t, s)
 	for _, tok := range []string{aliceToken, bobToken} {
 		assert.False(t, bytes.Contains(file, []byte(tok)), "token stored in clear")
 		assert.True(t, bytes.Contains(file, []byte(hashToken(tok))), "hash stored")
 	}
 }
 
-func TestCreateUserNameRules(t *testing.T) {
+func testCreateUserNameRules(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, _ := openTest(t)
+	s, _ := h.openTest(t)
 	_, _, err := s.CreateUser(ctx, "Alice")
 	require.NoError(t, err)
 
@@ -90,17 +82,17 @@ func TestCreateUserNameRules(t *testing.T) {
 		wantErr error
 		msg     string
 	}{
-		{"empty", "", ErrInvalid, "empty"},
-		{"blank", " \t ", ErrInvalid, "empty"},
-		{"65 characters", strings.Repeat("a", 65), ErrInvalid, "at most 64"},
+		{"empty", "", store.ErrInvalid, "empty"},
+		{"blank", " \t ", store.ErrInvalid, "empty"},
+		{"65 characters", strings.Repeat("a", 65), store.ErrInvalid, "at most 64"},
 		{"64 characters", strings.Repeat("a", 64), nil, ""},
 		{"64 multibyte characters", strings.Repeat("名", 64), nil, ""},
-		{"65 multibyte characters", strings.Repeat("名", 65), ErrInvalid, "at most 64"},
-		{"control character", "a\nb", ErrInvalid, "control"},
-		{"invalid UTF-8", "a\xffb", ErrInvalid, "UTF-8"},
-		{"taken", "Alice", ErrConflict, "already taken"},
-		{"taken ignoring case", "alice", ErrConflict, "already taken"},
-		{"taken after trim", " ALICE ", ErrConflict, "already taken"},
+		{"65 multibyte characters", strings.Repeat("名", 65), store.ErrInvalid, "at most 64"},
+		{"control character", "a\nb", store.ErrInvalid, "control"},
+		{"invalid UTF-8", "a\xffb", store.ErrInvalid, "UTF-8"},
+		{"taken", "Alice", store.ErrConflict, "already taken"},
+		{"taken ignoring case", "alice", store.ErrConflict, "already taken"},
+		{"taken after trim", " ALICE ", store.ErrConflict, "already taken"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,20 +115,20 @@ func TestCreateUserNameRules(t *testing.T) {
 	}
 }
 
-func TestUsersSurviveReopen(t *testing.T) {
+func testUsersSurviveReopen(t *testing.T, h Harness) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "citegate.db")
-	s := openAt(t, path, newClock())
+	path := h.NewDB(t)
+	s := h.openAt(t, path, newClock())
 	u, token, err := s.CreateUser(ctx, "alice")
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 
-	s, err = Open(path, Options{Timeout: 100 * time.Millisecond, Logger: quietLogger()})
+	s, err = path(store.Options{Timeout: 100 * time.Millisecond, Logger: quietLogger()})
 	require.NoError(t, err)
 	defer s.Close()
 	got, err := s.UserByToken(ctx, token)
 	require.NoError(t, err)
 	assert.Equal(t, u, got)
 	_, _, err = s.CreateUser(ctx, "ALICE")
-	assert.ErrorIs(t, err, ErrConflict)
+	assert.ErrorIs(t, err, store.ErrConflict)
 }

@@ -1,4 +1,4 @@
-package store
+package storetest
 
 import (
 	"context"
@@ -6,15 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/citegate/citegate/store"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func TestCreateSession(t *testing.T) {
+func testCreateSession(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, clock := openTest(t)
+	s, clock := h.openTest(t)
 
-	a, err := s.CreateSession(ctx, Session{UserID: "u1", Channel: "desktop", Title: "first"})
+	a, err := s.CreateSession(ctx, store.Session{UserID: "u1", Channel: "desktop", Title: "first"})
 	require.NoError(t, err)
 	assert.Len(t, a.ID, 22, "16 random bytes, base64url")
 	assert.NotContains(t, a.ID, "=")
@@ -24,19 +26,19 @@ func TestCreateSession(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, a, got)
 
-	b, err := s.CreateSession(ctx, Session{UserID: "u1"})
+	b, err := s.CreateSession(ctx, store.Session{UserID: "u1"})
 	require.NoError(t, err)
 	assert.NotEqual(t, a.ID, b.ID)
 
 	tests := []struct {
 		name    string
-		in      Session
+		in      store.Session
 		wantErr error
 	}{
-		{"caller id", Session{ID: "feishu-oc_1", UserID: "u2", Channel: "feishu"}, nil},
-		{"duplicate id", Session{ID: "feishu-oc_1"}, ErrConflict},
-		{"NUL in id", Session{ID: "a\x00b"}, ErrInvalid},
-		{"id too long", Session{ID: strings.Repeat("x", maxIDLen+1)}, ErrInvalid},
+		{"caller id", store.Session{ID: "feishu-oc_1", UserID: "u2", Channel: "feishu"}, nil},
+		{"duplicate id", store.Session{ID: "feishu-oc_1"}, store.ErrConflict},
+		{"NUL in id", store.Session{ID: "a\x00b"}, store.ErrInvalid},
+		{"id too long", store.Session{ID: strings.Repeat("x", 256+1)}, store.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,13 +56,13 @@ func TestCreateSession(t *testing.T) {
 	assert.Equal(t, "u2", orig.UserID, "a conflicting create changed nothing")
 
 	_, err = s.GetSession(ctx, "nope")
-	assert.ErrorIs(t, err, ErrNotFound)
-	assert.ErrorIs(t, s.SetSessionTitle(ctx, "nope", "t"), ErrNotFound)
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	assert.ErrorIs(t, s.SetSessionTitle(ctx, "nope", "t"), store.ErrNotFound)
 }
 
-func TestListSessionsNewestActivityFirst(t *testing.T) {
+func testListSessionsNewestActivityFirst(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, clock := openTest(t)
+	s, clock := h.openTest(t)
 
 	var ids []string
 	for range 3 {
@@ -71,7 +73,7 @@ func TestListSessionsNewestActivityFirst(t *testing.T) {
 	newSession(t, s, "") // a channel session without a user must not leak into anyone's list
 	// Activity in the oldest session moves it to the top; a rename does not.
 	clock.Advance(time.Minute)
-	_, err := s.AppendMessage(ctx, Message{SessionID: ids[0], Role: RoleUser, Content: "hi"})
+	_, err := s.AppendMessage(ctx, store.Message{SessionID: ids[0], Role: store.RoleUser, Content: "hi"})
 	require.NoError(t, err)
 	clock.Advance(time.Minute)
 	require.NoError(t, s.SetSessionTitle(ctx, ids[1], "renamed"))
@@ -96,14 +98,14 @@ func TestListSessionsNewestActivityFirst(t *testing.T) {
 	assert.Len(t, anon, 1)
 }
 
-func TestConversationBinding(t *testing.T) {
+func testConversationBinding(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, _ := openTest(t)
+	s, _ := h.openTest(t)
 	first := newSession(t, s, "")
 	second := newSession(t, s, "")
 
 	_, err := s.ConversationSession(ctx, "feishu:oc_1")
-	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorIs(t, err, store.ErrNotFound)
 
 	require.NoError(t, s.BindConversation(ctx, "feishu:oc_1", first.ID))
 	got, err := s.ConversationSession(ctx, "feishu:oc_1")
@@ -116,8 +118,8 @@ func TestConversationBinding(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, second.ID, got)
 
-	assert.ErrorIs(t, s.BindConversation(ctx, "feishu:oc_2", "nope"), ErrNotFound)
+	assert.ErrorIs(t, s.BindConversation(ctx, "feishu:oc_2", "nope"), store.ErrNotFound)
 	_, err = s.ConversationSession(ctx, "feishu:oc_2")
-	assert.ErrorIs(t, err, ErrNotFound, "a failed bind binds nothing")
-	assert.ErrorIs(t, s.BindConversation(ctx, "", first.ID), ErrInvalid)
+	assert.ErrorIs(t, err, store.ErrNotFound, "a failed bind binds nothing")
+	assert.ErrorIs(t, s.BindConversation(ctx, "", first.ID), store.ErrInvalid)
 }

@@ -1,4 +1,4 @@
-package store
+package storetest
 
 import (
 	"context"
@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/citegate/citegate/store"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-var cli = Actor{Name: "cli:test"}
-
-func TestOperatorRoleGrantRevokeAudited(t *testing.T) {
+func testOperatorRoleGrantRevokeAudited(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, clock := openTest(t)
+	s, clock := h.openTest(t)
 
 	alice, _, err := s.CreateUser(ctx, "alice")
 	require.NoError(t, err)
@@ -28,7 +28,7 @@ func TestOperatorRoleGrantRevokeAudited(t *testing.T) {
 	assert.True(t, got.Operator, "the role is stored with the user")
 
 	clock.Advance(time.Minute)
-	u, changed, err := s.SetOperator(ctx, "ALICE", true, Actor{ID: op.ID, Name: op.Name})
+	u, changed, err := s.SetOperator(ctx, "ALICE", true, store.Actor{ID: op.ID, Name: op.Name})
 	require.NoError(t, err)
 	assert.True(t, changed)
 	assert.True(t, u.Operator)
@@ -47,16 +47,16 @@ func TestOperatorRoleGrantRevokeAudited(t *testing.T) {
 	assert.False(t, u.Operator)
 
 	_, _, err = s.SetOperator(ctx, "nobody", true, cli)
-	assert.ErrorIs(t, err, ErrNotFound)
-	_, _, err = s.SetOperator(ctx, "alice", true, Actor{})
-	assert.ErrorIs(t, err, ErrInvalid, "a role change must name who made it")
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	_, _, err = s.SetOperator(ctx, "alice", true, store.Actor{})
+	assert.ErrorIs(t, err, store.ErrInvalid, "a role change must name who made it")
 	got, err = s.GetUser(ctx, alice.ID)
 	require.NoError(t, err)
 	assert.False(t, got.Operator, "a refused change leaves the role alone")
-	_, _, err = s.CreateUserRole(ctx, "anon-op", true, Actor{})
-	assert.ErrorIs(t, err, ErrInvalid)
+	_, _, err = s.CreateUserRole(ctx, "anon-op", true, store.Actor{})
+	assert.ErrorIs(t, err, store.ErrInvalid)
 	_, err = s.UserByName(ctx, "anon-op")
-	assert.ErrorIs(t, err, ErrNotFound, "the user is not created without its audit entry")
+	assert.ErrorIs(t, err, store.ErrNotFound, "the user is not created without its audit entry")
 
 	users, err := s.ListUsers(ctx)
 	require.NoError(t, err)
@@ -69,23 +69,24 @@ func TestOperatorRoleGrantRevokeAudited(t *testing.T) {
 	log, err := s.ListAudit(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, log, 3, "creation as operator, grant, revoke; the no-op and the refused ones are not there")
-	assert.Equal(t, AuditOperatorRevoke, log[0].Action)
+	assert.Equal(t, store.AuditOperatorRevoke, log[0].Action)
 	assert.Equal(t, "alice", log[0].Target)
 	assert.Equal(t, "cli:test", log[0].Actor)
 	assert.Empty(t, log[0].ActorID)
 	assert.Equal(t, clock.Now(), log[0].Time)
-	assert.Equal(t, AuditOperatorGrant, log[1].Action)
+	assert.Equal(t, store.AuditOperatorGrant, log[1].Action)
 	assert.Equal(t, op.ID, log[1].ActorID)
 	assert.Equal(t, "Olga", log[1].Actor)
-	assert.Equal(t, AuditOperatorGrant, log[2].Action)
+	assert.Equal(t, store.AuditOperatorGrant, log[2].Action)
 	assert.Equal(t, "Olga", log[2].Target)
 	assert.Greater(t, log[0].ID, log[1].ID)
 	assert.Greater(t, log[1].ID, log[2].ID)
 }
 
-func TestAuditListingAndPaging(t *testing.T) {
+func testAuditListingAndPaging(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, clock := openTest(t)
+	path, clock := h.NewDB(t), newClock()
+	s := h.openAt(t, path, clock)
 
 	empty, err := s.ListAudit(ctx, 0, 10)
 	require.NoError(t, err)
@@ -97,7 +98,7 @@ func TestAuditListingAndPaging(t *testing.T) {
 	var ids []uint64
 	for i := range 7 {
 		clock.Advance(time.Second)
-		e, err := s.AppendAudit(ctx, AuditEntry{ID: 999, Actor: "op", Action: AuditShareView, Target: strings.Repeat("x", i+1)})
+		e, err := s.AppendAudit(ctx, store.AuditEntry{ID: 999, Actor: "op", Action: store.AuditShareView, Target: strings.Repeat("x", i+1)})
 		require.NoError(t, err)
 		assert.Equal(t, clock.Now(), e.Time, "the store stamps the time")
 		ids = append(ids, e.ID)
@@ -130,41 +131,32 @@ func TestAuditListingAndPaging(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, page)
 
-	for _, bad := range []AuditEntry{
-		{Action: AuditShareView},
+	for _, bad := range []store.AuditEntry{
+		{Action: store.AuditShareView},
 		{Actor: "op"},
-		{Actor: "op", Action: AuditShareView, Target: strings.Repeat("t", maxAuditField+1)},
-		{Actor: "op\nforged line", Action: AuditShareView},
-		{Actor: "op", Action: AuditShareView, Detail: "\xff"},
+		{Actor: "op", Action: store.AuditShareView, Target: strings.Repeat("t", 256+1)},
+		{Actor: "op\nforged line", Action: store.AuditShareView},
+		{Actor: "op", Action: store.AuditShareView, Detail: "\xff"},
 	} {
 		_, err := s.AppendAudit(ctx, bad)
-		assert.ErrorIs(t, err, ErrInvalid, "%+v", bad)
+		assert.ErrorIs(t, err, store.ErrInvalid, "%+v", bad)
 	}
 	all, err := s.AuditSince(ctx, 0, 100)
 	require.NoError(t, err)
 	assert.Len(t, all, 7, "refused entries are not stored")
 
 	// The log survives a reopen.
-	path := s.Path()
 	require.NoError(t, s.Close())
-	s = openAt(t, path, clock)
+	s = h.openAt(t, path, clock)
 	all, err = s.ListAudit(ctx, 0, 100)
 	require.NoError(t, err)
 	assert.Len(t, all, 7)
-	checkConsistency(t, s)
+	h.check(t, s)
 }
 
-func auditIDs(es []AuditEntry) []uint64 {
-	out := []uint64{}
-	for _, e := range es {
-		out = append(out, e.ID)
-	}
-	return out
-}
-
-func TestListAllSharesAndOperatorRevoke(t *testing.T) {
+func testListAllSharesAndOperatorRevoke(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, clock := openTest(t)
+	s, clock := h.openTest(t)
 	alice, _, err := s.CreateUser(ctx, "alice")
 	require.NoError(t, err)
 	bob, _, err := s.CreateUser(ctx, "bob")
@@ -194,13 +186,13 @@ func TestListAllSharesAndOperatorRevoke(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, shA, got)
 	_, err = s.GetShareByID(ctx, tokA)
-	assert.ErrorIs(t, err, ErrNotFound, "the id is the hash, not the token")
+	assert.ErrorIs(t, err, store.ErrNotFound, "the id is the hash, not the token")
 	_, err = s.GetShareByID(ctx, "")
-	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorIs(t, err, store.ErrNotFound)
 
-	op := AuditEntry{ActorID: "op-id", Actor: "olga", Detail: "alice's chat"}
-	_, err = s.RevokeShareAsOperator(ctx, shA.TokenHash, AuditEntry{})
-	assert.ErrorIs(t, err, ErrInvalid, "no revocation without its audit entry")
+	op := store.AuditEntry{ActorID: "op-id", Actor: "olga", Detail: "alice's chat"}
+	_, err = s.RevokeShareAsOperator(ctx, shA.TokenHash, store.AuditEntry{})
+	assert.ErrorIs(t, err, store.ErrInvalid, "no revocation without its audit entry")
 	_, err = s.GetShare(ctx, tokA)
 	require.NoError(t, err, "the refused revocation left the share alone")
 
@@ -208,17 +200,17 @@ func TestListAllSharesAndOperatorRevoke(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, alice.ID, revoked.OwnerID)
 	_, err = s.GetShare(ctx, tokA)
-	assert.ErrorIs(t, err, ErrNotFound, "the owner's link stops working")
+	assert.ErrorIs(t, err, store.ErrNotFound, "the owner's link stops working")
 	own, err := s.ListShares(ctx, alice.ID)
 	require.NoError(t, err)
 	assert.Empty(t, own, "and it leaves the owner's list")
 	_, err = s.RevokeShareAsOperator(ctx, shA.TokenHash, op)
-	assert.ErrorIs(t, err, ErrNotFound)
+	assert.ErrorIs(t, err, store.ErrNotFound)
 
 	log, err := s.ListAudit(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, log, 1)
-	assert.Equal(t, AuditShareRevoke, log[0].Action)
+	assert.Equal(t, store.AuditShareRevoke, log[0].Action)
 	assert.Equal(t, shA.TokenHash, log[0].Target)
 	assert.Equal(t, "olga", log[0].Actor)
 
@@ -226,4 +218,14 @@ func TestListAllSharesAndOperatorRevoke(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	assert.Equal(t, shB.TokenHash, all[0].ID())
+}
+
+var cli = store.Actor{Name: "cli:test"}
+
+func auditIDs(es []store.AuditEntry) []uint64 {
+	out := []uint64{}
+	for _, e := range es {
+		out = append(out, e.ID)
+	}
+	return out
 }
