@@ -67,16 +67,6 @@ type Backend interface {
 	ListShares(ctx context.Context, ownerID string) ([]ShareEntry, error)
 	RevokeShare(ctx context.Context, token, ownerID string) error
 	RevokeShareID(ctx context.Context, id, ownerID string) error
-	GetShareByID(ctx context.Context, id string) (Share, error)
-
-	// Operators and the audit log.
-	CreateUserRole(ctx context.Context, name string, operator bool, by Actor) (User, string, error)
-	SetOperator(ctx context.Context, name string, operator bool, by Actor) (User, bool, error)
-	ListAllShares(ctx context.Context) ([]OperatorShare, error)
-	RevokeShareAsOperator(ctx context.Context, id string, audit AuditEntry) (Share, error)
-	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
-	ListAudit(ctx context.Context, before uint64, limit int) ([]AuditEntry, error)
-	AuditSince(ctx context.Context, after uint64, limit int) ([]AuditEntry, error)
 
 	// Users, access tokens, login codes and browser sessions.
 	CreateUser(ctx context.Context, name string) (User, string, error)

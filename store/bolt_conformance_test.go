@@ -1,14 +1,11 @@
 package store_test
 
 import (
-	"bytes"
-	"context"
 	"path/filepath"
 	"testing"
 
 	"github.com/citegate/citegate/store"
 	"github.com/citegate/citegate/store/storetest"
-	"github.com/stretchr/testify/require"
 )
 
 // boltHarness runs the conformance suite on bbolt files in temporary directories.
@@ -20,12 +17,7 @@ func boltHarness() storetest.Harness {
 		},
 		Check:  store.CheckBolt,
 		Stored: store.BoltStored,
-		Dump: func(tb testing.TB, s store.Backend) []byte {
-			var buf bytes.Buffer
-			_, err := s.(*store.Store).Backup(context.Background(), &buf)
-			require.NoError(tb, err)
-			return buf.Bytes()
-		},
+		Dump:   store.BoltDump,
 	}
 }
 

@@ -12,6 +12,24 @@ import (
 // CheckBolt runs bbolt's page-level consistency check.
 func CheckBolt(tb testing.TB, s Backend) { checkConsistency(tb, s.(*Store)) }
 
+// BoltDump returns every key and value of every bucket: the live records, not freed pages.
+func BoltDump(tb testing.TB, s Backend) []byte {
+	tb.Helper()
+	var out []byte
+	if err := s.(*Store).db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			return b.ForEach(func(k, v []byte) error {
+				out = append(append(append(append(out, name...), ' '), k...), ' ')
+				out = append(append(out, v...), '\n')
+				return nil
+			})
+		})
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
 // BoltStored reports whether a bucket of the record kind holds key (see storetest.Harness.Stored).
 func BoltStored(tb testing.TB, s Backend, kind, key string) bool {
 	tb.Helper()

@@ -85,6 +85,8 @@ var tests = []struct {
 	{"CreateUserAndTokenLookup", testCreateUserAndTokenLookup},
 	{"CreateUserNameRules", testCreateUserNameRules},
 	{"UsersSurviveReopen", testUsersSurviveReopen},
+	{"DeleteChat", testDeleteChat},
+	{"SearchSessions", testSearchSessions},
 	{"ReopenKeepsEverything", testReopenKeepsEverything},
 	{"CrashLeftoverRunsBecomeFailed", testCrashLeftoverRunsBecomeFailed},
 	{"CancelledContextStartsNoTransaction", testCancelledContextStartsNoTransaction},

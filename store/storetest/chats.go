@@ -1,4 +1,4 @@
-package store
+package storetest
 
 import (
 	"bytes"
@@ -7,33 +7,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/citegate/citegate/store"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 )
 
 // chatFixture is one chat with every kind of record that hangs off a session.
 type chatFixture struct {
-	sess   Session
+	sess   store.Session
 	msgIDs []uint64
 	runID  string
 	tokens []string
 }
 
-func newChatFixture(t *testing.T, s *Store, userID, question, answer string) chatFixture {
+func newChatFixture(t *testing.T, s store.Backend, userID, question, answer string) chatFixture {
 	t.Helper()
 	ctx := context.Background()
 	f := chatFixture{sess: newSession(t, s, userID)}
 	require.NoError(t, s.SetSessionTitle(ctx, f.sess.ID, question))
 	f.sess.Title = question
-	u, err := s.AppendMessage(ctx, Message{SessionID: f.sess.ID, Role: RoleUser, Content: question})
+	u, err := s.AppendMessage(ctx, store.Message{SessionID: f.sess.ID, Role: store.RoleUser, Content: question})
 	require.NoError(t, err)
-	run, err := s.CreateRun(ctx, Run{SessionID: f.sess.ID, Channel: "desktop", UserMessageID: u.ID})
+	run, err := s.CreateRun(ctx, store.Run{SessionID: f.sess.ID, Channel: "desktop", UserMessageID: u.ID})
 	require.NoError(t, err)
 	f.runID = run.ID
-	msgs := []Message{
-		{SessionID: f.sess.ID, RunID: run.ID, Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c1", Name: "web_search", Arguments: `{"query":"q"}`}}},
-		{SessionID: f.sess.ID, RunID: run.ID, Role: RoleTool, ToolCallID: "c1", ToolName: "web_search", Content: `{"results":[{"title":"tool only needle","url":"https://example.com/tool"}]}`},
+	msgs := []store.Message{
+		{SessionID: f.sess.ID, RunID: run.ID, Role: store.RoleAssistant, ToolCalls: []store.ToolCall{{ID: "c1", Name: "web_search", Arguments: `{"query":"q"}`}}},
+		{SessionID: f.sess.ID, RunID: run.ID, Role: store.RoleTool, ToolCallID: "c1", ToolName: "web_search", Content: `{"results":[{"title":"tool only needle","url":"https://example.com/tool"}]}`},
 	}
 	f.msgIDs = append(f.msgIDs, u.ID)
 	for _, m := range msgs {
@@ -41,8 +42,8 @@ func newChatFixture(t *testing.T, s *Store, userID, question, answer string) cha
 		require.NoError(t, err)
 		f.msgIDs = append(f.msgIDs, got.ID)
 	}
-	_, final, err := s.ConcludeRun(ctx, Conclusion{RunID: run.ID, Phase: PhaseCompleted,
-		Final: &Message{SessionID: f.sess.ID, RunID: run.ID, Role: RoleAssistant, Content: answer}})
+	_, final, err := s.ConcludeRun(ctx, store.Conclusion{RunID: run.ID, Phase: store.PhaseCompleted,
+		Final: &store.Message{SessionID: f.sess.ID, RunID: run.ID, Role: store.RoleAssistant, Content: answer}})
 	require.NoError(t, err)
 	f.msgIDs = append(f.msgIDs, final.ID)
 	for wm := range 2 {
@@ -53,9 +54,9 @@ func newChatFixture(t *testing.T, s *Store, userID, question, answer string) cha
 	return f
 }
 
-func TestDeleteChat(t *testing.T) {
+func testDeleteChat(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, _ := openTest(t)
+	s, _ := h.openTest(t)
 	a := newChatFixture(t, s, "alice", "年假怎么算", "按工龄计算[^1^]")
 	keep := newChatFixture(t, s, "alice", "other chat", "kept")
 	bob := newChatFixture(t, s, "bob", "bob's chat", "bob's answer")
@@ -64,9 +65,9 @@ func TestDeleteChat(t *testing.T) {
 
 	// Someone else's chat and a missing one are the same not-found, and nothing changes.
 	_, err := s.DeleteChat(ctx, a.sess.ID, "bob")
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
 	_, err = s.DeleteChat(ctx, "no-such-chat", "alice")
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
 	_, err = s.GetSession(ctx, a.sess.ID)
 	require.NoError(t, err)
 
@@ -75,24 +76,24 @@ func TestDeleteChat(t *testing.T) {
 	assert.Equal(t, 2, revoked)
 
 	_, err = s.GetSession(ctx, a.sess.ID)
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
 	_, err = s.ListMessages(ctx, a.sess.ID)
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
 	for _, id := range a.msgIDs {
 		_, err := s.GetMessage(ctx, id)
-		require.ErrorIs(t, err, ErrNotFound, "message %d", id)
+		require.ErrorIs(t, err, store.ErrNotFound, "message %d", id)
 	}
 	rm, err := s.ListRunMessages(ctx, a.runID)
 	require.NoError(t, err)
 	assert.Empty(t, rm)
 	_, err = s.GetRun(ctx, a.runID)
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
 	for _, tok := range a.tokens {
 		_, err := s.GetShare(ctx, tok)
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, store.ErrNotFound)
 	}
 	_, err = s.ConversationSession(ctx, "feishu:oc_1")
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
 	list, err := s.ListSessions(ctx, "alice")
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -119,30 +120,21 @@ func TestDeleteChat(t *testing.T) {
 	assert.Equal(t, keep.sess.ID, got)
 
 	// No key of the deleted chat is left in any bucket.
-	require.NoError(t, s.db.View(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
-			c := tx.Bucket(name).Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				if bytes.Contains(k, []byte(a.sess.ID)) || bytes.Contains(v, []byte(a.sess.ID)) ||
-					bytes.Contains(k, []byte(a.runID)) || bytes.Contains(v, []byte(a.runID)) {
-					t.Errorf("bucket %s still holds %q → %q", name, k, v)
-				}
-			}
-		}
-		return nil
-	}))
-	checkConsistency(t, s)
+	dump := h.dump(t, s)
+	assert.False(t, bytes.Contains(dump, []byte(a.sess.ID)), "a record still names the deleted chat")
+	assert.False(t, bytes.Contains(dump, []byte(a.runID)), "a record still names the deleted chat's run")
+	h.check(t, s)
 
 	// Deleting again is not found; a new message to the deleted chat is refused.
 	_, err = s.DeleteChat(ctx, a.sess.ID, "alice")
-	require.ErrorIs(t, err, ErrNotFound)
-	_, err = s.AppendMessage(ctx, Message{SessionID: a.sess.ID, Role: RoleUser, Content: "x"})
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = s.AppendMessage(ctx, store.Message{SessionID: a.sess.ID, Role: store.RoleUser, Content: "x"})
+	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
-func TestSearchSessions(t *testing.T) {
+func testSearchSessions(t *testing.T, h Harness) {
 	ctx := context.Background()
-	s, clock := openTest(t)
+	s, clock := h.openTest(t)
 	older := newChatFixture(t, s, "alice", "年假怎么算", "年假按工龄计算，满一年五天。")
 	clock.Advance(time.Minute)
 	newer := newChatFixture(t, s, "alice", "Invoice title wrong", "Ask the issuer for a red-letter INVOICE.")
@@ -150,21 +142,21 @@ func TestSearchSessions(t *testing.T) {
 	_ = newChatFixture(t, s, "bob", "年假 bob", "bob 的年假")
 
 	// Content, case-insensitive, newest session first; tool results are never searched.
-	res, err := s.SearchSessions(ctx, "alice", "invoice", SearchOptions{})
+	res, err := s.SearchSessions(ctx, "alice", "invoice", store.SearchOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Hits, 1)
 	assert.Equal(t, newer.sess.ID, res.Hits[0].Session.ID)
 	assert.True(t, res.Hits[0].TitleMatch)
 	require.Len(t, res.Hits[0].Messages, 2, "the question and the answer, not the tool result")
-	assert.Equal(t, RoleAssistant, res.Hits[0].Messages[0].Role, "newest first")
+	assert.Equal(t, store.RoleAssistant, res.Hits[0].Messages[0].Role, "newest first")
 	assert.False(t, res.Truncated)
 
-	res, err = s.SearchSessions(ctx, "alice", "needle", SearchOptions{})
+	res, err = s.SearchSessions(ctx, "alice", "needle", store.SearchOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, res.Hits, "text only in a tool result does not match")
 
 	// A Chinese query is a substring; only the caller's sessions are searched.
-	res, err = s.SearchSessions(ctx, "alice", "工龄", SearchOptions{})
+	res, err = s.SearchSessions(ctx, "alice", "工龄", store.SearchOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Hits, 1)
 	assert.Equal(t, older.sess.ID, res.Hits[0].Session.ID)
@@ -172,16 +164,16 @@ func TestSearchSessions(t *testing.T) {
 	require.Len(t, res.Hits[0].Messages, 1)
 
 	// Every term must match within one message or the title.
-	res, err = s.SearchSessions(ctx, "alice", "red-letter issuer", SearchOptions{})
+	res, err = s.SearchSessions(ctx, "alice", "red-letter issuer", store.SearchOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Hits, 1)
-	res, err = s.SearchSessions(ctx, "alice", "red-letter 工龄", SearchOptions{})
+	res, err = s.SearchSessions(ctx, "alice", "red-letter 工龄", store.SearchOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, res.Hits)
 
 	// Title-only match: a session's title is searched even when no message matches.
 	require.NoError(t, s.SetSessionTitle(ctx, older.sess.ID, "holiday rules"))
-	res, err = s.SearchSessions(ctx, "alice", "HOLIDAY", SearchOptions{})
+	res, err = s.SearchSessions(ctx, "alice", "HOLIDAY", store.SearchOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Hits, 1)
 	assert.True(t, res.Hits[0].TitleMatch)
@@ -192,17 +184,17 @@ func TestSearchSessions(t *testing.T) {
 		clock.Advance(time.Minute)
 		newChatFixture(t, s, "alice", "limit probe", "limit probe answer")
 	}
-	res, err = s.SearchSessions(ctx, "alice", "probe", SearchOptions{Limit: 2})
+	res, err = s.SearchSessions(ctx, "alice", "probe", store.SearchOptions{Limit: 2})
 	require.NoError(t, err)
 	assert.Len(t, res.Hits, 2)
 	assert.True(t, res.Truncated)
-	res, err = s.SearchSessions(ctx, "alice", "probe", SearchOptions{MaxScan: 4})
+	res, err = s.SearchSessions(ctx, "alice", "probe", store.SearchOptions{MaxScan: 4})
 	require.NoError(t, err)
 	assert.True(t, res.Truncated)
 	assert.Len(t, res.Hits, 1, "four index entries are one chat's messages")
 
-	for _, q := range []string{"", "   ", strings.Repeat("x", MaxSearchQueryBytes+1), "\xff"} {
-		_, err := s.SearchSessions(ctx, "alice", q, SearchOptions{})
-		require.ErrorIs(t, err, ErrInvalid, "query %q", q)
+	for _, q := range []string{"", "   ", strings.Repeat("x", store.MaxSearchQueryBytes+1), "\xff"} {
+		_, err := s.SearchSessions(ctx, "alice", q, store.SearchOptions{})
+		require.ErrorIs(t, err, store.ErrInvalid, "query %q", q)
 	}
 }
