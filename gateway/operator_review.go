@@ -171,10 +171,10 @@ func hiddenLinks(metadata []byte) int {
 	return doc.Links.Hidden
 }
 
-// feedbackVotes reads the answer's feedback (metadata.feedback) as up and down counts. The record is
-// one reader's vote: {"rating":"up"|"down", ...}; "value" or "vote" in place of "rating", a bare
-// "up"/"down" string, or a list of such records (several readers) are read too, and anything else
-// counts as no vote.
+// feedbackVotes reads the answer's feedback (metadata.feedback, see feedback.go) as up and down
+// counts. The record is its owner's vote, {"vote":"up"|"down","comment",...}, or null once
+// withdrawn; "rating" or "value" in place of "vote", a bare "up"/"down" string, or a list of such
+// records (should several readers ever vote) are read too, and anything else counts as no vote.
 func feedbackVotes(metadata []byte) (up, down int) {
 	if !bytes.Contains(metadata, []byte(`"feedback"`)) {
 		return 0, 0
@@ -206,12 +206,12 @@ func vote(raw json.RawMessage) string {
 		return strings.ToLower(strings.TrimSpace(s))
 	}
 	var rec struct {
-		Rating, Value, Vote string
+		Vote, Rating, Value string
 	}
 	if json.Unmarshal(raw, &rec) != nil {
 		return ""
 	}
-	for _, v := range []string{rec.Rating, rec.Value, rec.Vote} {
+	for _, v := range []string{rec.Vote, rec.Rating, rec.Value} {
 		if v != "" {
 			return strings.ToLower(strings.TrimSpace(v))
 		}

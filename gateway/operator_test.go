@@ -65,8 +65,11 @@ func newOpFixture(t *testing.T) *opFixture {
 	f.plainID = e.runTurn(f.shared.ID, "plain question").FinalMessageID
 	f.droppedID = e.runTurn(f.shared.ID, "a dropped question").FinalMessageID
 	f.hidID = e.runTurn(f.shared.ID, "a hidden question").FinalMessageID
-	require.NoError(t, e.st.MergeMetadata(ctx, f.plainID, map[string]json.RawMessage{"feedback": json.RawMessage(`{"rating":"up","comment":"好"}`)}))
-	require.NoError(t, e.st.MergeMetadata(ctx, f.droppedID, map[string]json.RawMessage{"feedback": json.RawMessage(`{"rating":"down"}`)}))
+	// Feedback as the owner gives it in the desktop view (actions' PUT route, metadata.feedback).
+	for id, vote := range map[uint64]string{f.plainID: "up", f.droppedID: "down"} {
+		status, _, body := e.do("PUT", "/api/messages/"+u64s(id)+"/feedback", f.aliceTok, strings.NewReader(`{"vote":"`+vote+`","comment":"好"}`))
+		require.Equal(t, http.StatusOK, status, body)
+	}
 	f.share = e.createShare(f.aliceTok, f.shared.ID)
 	// Past the watermark: asked after sharing, with a dropped marker and a hidden link of its own.
 	f.laterQ = secretLater + " dropped hidden"
