@@ -41,6 +41,10 @@ type wsFrame struct {
 	Message       string               `json:"message,omitempty"`
 	Session       *sessionJSON         `json:"session,omitempty"`
 	Messages      *[]messageJSON       `json:"messages,omitempty"`
+	// Before and HasMore page session.history (ws_page.go): the page is older than message Before
+	// (absent: the newest page), and HasMore tells whether older messages remain.
+	Before  uint64 `json:"before,omitempty"`
+	HasMore *bool  `json:"hasMore,omitempty"`
 }
 
 // clientFrame is every client → server frame.
@@ -54,6 +58,8 @@ type clientFrame struct {
 	// meta is the USER message's metadata for a turn chatSend submits on behalf of chat.regenerate
 	// or chat.edit (never read from the wire).
 	meta json.RawMessage
+	// Before is session.more's cursor: the id of the oldest message the client shows.
+	Before uint64 `json:"before"`
 }
 
 // quoteShort quotes at most 40 bytes of s for an error message, so a hostile frame type cannot

@@ -47,7 +47,9 @@ func (c *client) handle(ctx context.Context, data []byte) {
 			c.sendError(CodeBadRequest, "session.open needs sessionId", "", f.ClientMsgID)
 			return
 		}
-		c.sessionOpen(ctx, f)
+		c.sessionPage(ctx, f, 0)
+	case "session.more":
+		c.sessionMore(ctx, f)
 	case "":
 		c.sendError(CodeBadRequest, "frame has no type", "", f.ClientMsgID)
 	default:
@@ -143,24 +145,4 @@ func (c *client) say(en, zh string) string {
 		return en
 	}
 	return zh
-}
-
-func (c *client) sessionOpen(ctx context.Context, f clientFrame) {
-	if !c.owns(ctx, f.SessionID) {
-		c.sendError(CodeNotFound, "not found", f.SessionID, f.ClientMsgID)
-		return
-	}
-	all, err := c.s.hub.st.ListMessages(ctx, f.SessionID)
-	if err != nil {
-		c.s.storeErr("list_messages", err)
-		c.sendError(CodeInternal, "could not load the session", f.SessionID, f.ClientMsgID)
-		return
-	}
-	msgs := make([]messageJSON, 0, len(all))
-	for _, m := range all {
-		if visible(m) {
-			msgs = append(msgs, c.s.toMessageJSON(m, c.lang))
-		}
-	}
-	c.send(&wsFrame{Type: "session.history", SessionID: f.SessionID, ClientMsgID: f.ClientMsgID, Messages: &msgs})
 }

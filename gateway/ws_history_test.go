@@ -27,7 +27,17 @@ func TestSessionOpenOfALongSession(t *testing.T) {
 	ws.send(map[string]any{"type": "session.open", "sessionId": sess.ID})
 	h := ws.next()
 	require.Equal(t, "session.history", h["type"])
-	assert.Len(t, h["messages"], 6)
+	// A page holds at most historyPageBytes of content; the rest comes with session.more.
+	got := len(h["messages"].([]any))
+	for h["hasMore"] == true {
+		msgs := h["messages"].([]any)
+		oldest := msgs[0].(map[string]any)["id"]
+		ws.send(map[string]any{"type": "session.more", "sessionId": sess.ID, "before": oldest})
+		h = ws.next()
+		require.Equal(t, "session.history", h["type"])
+		got += len(h["messages"].([]any))
+	}
+	assert.Equal(t, 6, got)
 }
 
 // TestChatSendAtTheTextLimitWithEscapedJSON: a message within the 32 KiB text limit is accepted

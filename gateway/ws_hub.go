@@ -25,7 +25,7 @@ const closeGrace = 3 * time.Second
 type wsStore interface {
 	GetSession(ctx context.Context, id string) (store.Session, error)
 	CreateSession(ctx context.Context, s store.Session) (store.Session, error)
-	ListMessages(ctx context.Context, sessionID string) ([]store.Message, error)
+	ListDialogBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]store.Message, error)
 	GetMessage(ctx context.Context, id uint64) (store.Message, error)
 }
 
