@@ -23,7 +23,7 @@ type DispatchAgent interface {
 	Cancel(sessionID string) bool
 }
 
-// DispatchStore is the persistence the dispatcher needs; *store.Store satisfies it.
+// DispatchStore is the persistence the dispatcher needs; any store.Backend satisfies it.
 type DispatchStore interface {
 	// AcceptInbound takes a message in one trip: dedup, the conversation's session (created and
 	// bound when missing) and the user's turn queued as a stored USER message and run.

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
-	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/gateway/web"
 	"github.com/citegate/citegate/store"
@@ -33,8 +32,8 @@ type Config struct {
 	PublicURL string
 	// DataDir holds the admin socket (citegate.sock).
 	DataDir string
-	Store   store.Backend
-	Agent   *agent.Agent
+	Store   Store // any store.Backend
+	Agent   Agent // *agent.Agent
 	// KB serves the local corpus, mounted at /kb/ (nil → 404).
 	KB http.Handler
 	// Fetch returns a page's current text for the preview recheck (open_web_page's guarded fetcher),
@@ -75,8 +74,8 @@ type Config struct {
 // Server is the gateway. Create it with New; serve it with Serve or mount Handler.
 type Server struct {
 	cfg       Config
-	st        store.Backend
-	ag        *agent.Agent
+	st        Store
+	ag        Agent
 	log       *slog.Logger
 	publicURL *url.URL
 	origins   map[string]bool // allowed Origins, lower-case scheme://host[:port]

@@ -21,7 +21,7 @@ const defaultMaxConnsPerUser = 16
 // closes the remaining sockets outright.
 const closeGrace = 3 * time.Second
 
-// wsStore is what the websocket layer reads and writes; *store.Store satisfies it.
+// wsStore is what the websocket layer reads and writes; any store.Backend satisfies it.
 type wsStore interface {
 	GetSession(ctx context.Context, id string) (store.Session, error)
 	CreateSession(ctx context.Context, s store.Session) (store.Session, error)
