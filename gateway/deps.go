@@ -17,6 +17,8 @@ import (
 // Store is the persistence the gateway calls. A method the gateway starts to call is added here,
 // in its group.
 type Store interface {
+	DispatchStore // the dispatcher's share (dispatcher.go)
+	wsStore       // the websocket layer's share (ws_hub.go)
 	// Sessions (chats).
 	CreateSession(ctx context.Context, sess store.Session) (store.Session, error)
 	GetSession(ctx context.Context, id string) (store.Session, error)
