@@ -36,8 +36,24 @@
   function button(cls, label, text) {
     const b = el('button', 'act ' + cls, text);
     b.type = 'button';
-    if (label && label !== text) b.setAttribute('aria-label', label);
+    if (label && label !== text) { b.setAttribute('aria-label', label); b.title = label; }
     return b;
+  }
+  // Thumb icons (Feather, MIT) drawn as SVG: an emoji would depend on the reader's fonts.
+  const THUMB_UP = 'M14 9V5a3 3 0 0 0-3-3l-4 9v11h11.28a2 2 0 0 0 2-1.7l1.38-9a2 2 0 0 0-2-2.3zM7 22H4a2 2 0 0 1-2-2v-7a2 2 0 0 1 2-2h3';
+  const THUMB_DOWN = 'M10 15v4a3 3 0 0 0 3 3l4-9V2H5.72a2 2 0 0 0-2 1.7l-1.38 9a2 2 0 0 0 2 2.3zm7-13h2.67A2.31 2.31 0 0 1 22 4v7a2.31 2.31 0 0 1-2.33 2H17';
+  function icon(d) {
+    const NS = 'http://www.w3.org/2000/svg';
+    const svg = document.createElementNS(NS, 'svg');
+    svg.setAttribute('viewBox', '0 0 24 24');
+    svg.setAttribute('width', '15');
+    svg.setAttribute('height', '15');
+    svg.setAttribute('aria-hidden', 'true');
+    svg.setAttribute('focusable', 'false');
+    const path = document.createElementNS(NS, 'path');
+    path.setAttribute('d', d);
+    svg.append(path);
+    return svg;
   }
   function busy() {
     if (state.current && state.runs.has(state.current)) { cg.toast(T.actBusy); return true; }
@@ -114,8 +130,10 @@
     });
     const regen = button('regenerate', T.actRegenerate, T.actRegenerate);
     regen.addEventListener('click', () => regenerate(m.id));
-    const up = button('vote up', T.actUp, '👍');
-    const down = button('vote down', T.actDown, '👎');
+    const up = button('vote up', T.actUp);
+    const down = button('vote down', T.actDown);
+    up.append(icon(THUMB_UP));
+    down.append(icon(THUMB_DOWN));
     up.dataset.vote = 'up';
     down.dataset.vote = 'down';
     for (const b of [up, down]) b.addEventListener('click', () => vote(art, m.id, b.dataset.vote));
