@@ -101,6 +101,8 @@
   function decorate(art, m) {
     if (!art || !m || !m.id) return;
     art.dataset.id = m.id;
+    // Kept on the article, so versions can be grouped over every page of history on the page.
+    if (m.regenerateOf) art.dataset.regenerateOf = m.regenerateOf;
     const old = art.querySelector(':scope > .msg-actions');
     if (old) old.remove();
     if (m.role === 'USER') decorateQuestion(art, m);
@@ -314,19 +316,25 @@
     if (target && target.focus) target.focus();
   }
 
-  // groupVersions runs after a history is rendered: the answers to one question (the first asking
-  // and every regenerateOf pointing at it) become versions of one reply at the first answer's place.
-  function groupVersions(messages) {
-    const arts = new Map();
-    for (const a of els.messages.querySelectorAll('.msg[data-id]')) arts.set(a.dataset.id, a);
-    const groups = new Map(); // first asking's id → {first answer article, list}
+  // groupVersions runs after a history (or a page of it) is rendered: the answers to one question
+  // (the first asking and every regenerateOf pointing at it) become versions of one reply at the
+  // first answer's place. It reads what decorate kept on the articles, so it works over every page
+  // of history the page holds, and it can run again from scratch.
+  function groupVersions() {
+    const all = [...els.messages.querySelectorAll('.msg[data-id]')];
+    for (const a of all) {
+      if (a._versions) { delete a._versions; a.hidden = false; }
+      const nav = a.querySelector(':scope > .msg-actions .versions');
+      if (nav) nav.remove();
+    }
+    const ids = new Set(all.map((a) => a.dataset.id));
+    const groups = new Map(); // first asking's id → {list}
     let current = null;
-    for (const m of messages) {
-      const a = arts.get(String(m.id));
-      if (!a) continue;
-      if (m.role === 'USER') {
-        current = m.regenerateOf ? String(m.regenerateOf) : String(m.id);
-        if (m.regenerateOf && arts.has(String(m.regenerateOf))) a.hidden = true; // the question is shown once
+    for (const a of all) {
+      if (a.classList.contains('user')) {
+        const of = a.dataset.regenerateOf;
+        current = of || a.dataset.id;
+        a.hidden = !!(of && ids.has(of)); // the question is shown once
         continue;
       }
       if (current === null) continue;
@@ -384,7 +392,7 @@
 
   cg.on('message-rendered', decorate);
   // Registered after render.js's handler, so the history is on the page when this runs.
-  cg.on('frame:session.history', (f) => { if (f.sessionId === state.current) groupVersions(f.messages || []); });
+  cg.on('frame:session.history', (f) => { if (f.sessionId === state.current) groupVersions(); });
 
-  Object.assign(cg, { copyText });
+  Object.assign(cg, { copyText, showVersion });
 })();

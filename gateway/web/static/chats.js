@@ -13,14 +13,14 @@
       chMenu: '对话操作', chRename: '重命名', chRenameLabel: '对话标题', chExportMD: '导出 Markdown',
       chExportJSONL: '导出 JSONL', chDelete: '删除对话', chDeleteConfirm: '删除这个对话、它的全部消息和分享链接？',
       chDeleteYes: '删除', chDeleteNo: '取消', chDeleted: '对话已删除', chRenamed: '已重命名', chFailed: '操作失败',
-      chTitleMatch: '标题匹配',
+      chTitleMatch: '标题匹配', chOlder: '匹配的消息在更早的记录里，请向上加载',
     },
     en: {
       chSearch: 'Search chats', chNoResults: 'No chat matches', chPartial: 'Only the most recent chats were searched',
       chMenu: 'Chat actions', chRename: 'Rename', chRenameLabel: 'Chat title', chExportMD: 'Export Markdown',
       chExportJSONL: 'Export JSONL', chDelete: 'Delete chat', chDeleteConfirm: 'Delete this chat, all its messages and its share links?',
       chDeleteYes: 'Delete', chDeleteNo: 'Cancel', chDeleted: 'Chat deleted', chRenamed: 'Renamed', chFailed: 'Failed',
-      chTitleMatch: 'title matches',
+      chTitleMatch: 'title matches', chOlder: 'The matching message is further up in the older history',
     },
   });
   const T = cg.T;
@@ -120,16 +120,13 @@
     const id = state.jumpTo;
     if (!id) return;
     const art = document.getElementById('msg-' + id);
-    if (!art) return;
     state.jumpTo = null;
-    if (art.hidden && art._versions) {
-      const g = art._versions;
-      g.list.forEach((a) => { a.hidden = a !== art; });
-      for (const a of g.list) {
-        const count = a.querySelector('.versions .count');
-        if (count) count.textContent = (g.list.indexOf(a) + 1) + '/' + g.list.length;
-      }
+    if (!art) {
+      // The page shows the newest part of a long chat; the match is further up.
+      cg.toast(T.chOlder);
+      return;
     }
+    if (art.hidden && art._versions && cg.showVersion) cg.showVersion(art._versions, art._versions.list.indexOf(art));
     art.scrollIntoView({ block: 'center' });
     art.classList.remove('search-hit');
     void art.offsetWidth;
