@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/citegate/citegate/agent/llm"
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
 )
@@ -94,41 +95,20 @@ type Turn struct {
 // Stored reports whether the turn's USER message and run were stored by the caller.
 func (t Turn) Stored() bool { return t.UserMessageID != 0 }
 
-// ChatMessage is one message handed to a Model.
-type ChatMessage struct {
-	Role       string           `json:"role"` // "system", "user", "assistant", "tool"
-	Content    string           `json:"content"`
-	ToolCalls  []store.ToolCall `json:"toolCalls,omitempty"`
-	ToolCallID string           `json:"toolCallId,omitempty"`
-	Name       string           `json:"name,omitempty"` // tool name, for role "tool"
-}
-
-// ToolSpec describes a tool to a Model.
-type ToolSpec struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"` // JSON Schema object
-}
-
-// ModelRequest is one model round.
-type ModelRequest struct {
-	Messages []ChatMessage
-	Tools    []ToolSpec
-}
-
-// ModelResponse is the complete result of one round: text and/or tool calls.
-type ModelResponse struct {
-	Text      string
-	ToolCalls []store.ToolCall
-}
-
-// Model produces one round of an answer, calling onDelta with raw text deltas (markers included) as
-// they arrive. Implementations: OpenAI-compatible chat completions, and the offline extractive model.
-type Model interface {
-	// Name is shown to users, e.g. "gpt-4o-mini" or "extractive (no LLM)".
-	Name() string
-	Generate(ctx context.Context, req ModelRequest, onDelta func(string)) (ModelResponse, error)
-}
+// The model contract lives in agent/llm so that model implementations need not import the loop;
+// these aliases keep the loop's own names.
+type (
+	// ChatMessage is one message handed to a Model.
+	ChatMessage = llm.Message
+	// ToolSpec describes a tool to a Model.
+	ToolSpec = llm.ToolSpec
+	// ModelRequest is one model round.
+	ModelRequest = llm.Request
+	// ModelResponse is the complete result of one round: text and/or tool calls.
+	ModelResponse = llm.Response
+	// Model produces one round of an answer (agent/openaimodel, agent/extractive).
+	Model = llm.Model
+)
 
 // Tool is one tool the model may call. Call returns the content handed to the model: the success
 // shape or the failure shape of DESIGN §4 ({"error":…} / {"error":…,"url":…}). A non-nil error is

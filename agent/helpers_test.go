@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/citegate/citegate/agent/openaimodel"
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
 )
@@ -387,9 +388,8 @@ func (f *fakeLLM) messages(i int) []map[string]any {
 }
 
 func (f *fakeLLM) model(t *testing.T) Model {
-	m, err := NewOpenAI(OpenAIConfig{BaseURL: f.srv.URL + "/v1", Model: "test-model", APIKey: "sk-test-secret", Logger: testLogger(t)})
+	m, err := openaimodel.New(openaimodel.Config{BaseURL: f.srv.URL + "/v1", Model: "test-model", APIKey: "sk-test-secret", Backoff: time.Millisecond, Logger: testLogger(t)})
 	require.NoError(t, err)
-	m.(*openAIModel).backoff = time.Millisecond
 	return m
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/citegate/citegate/agent/openaimodel"
 	"github.com/citegate/citegate/store"
 )
 
@@ -86,7 +87,7 @@ func TestOpenAIRequestShape(t *testing.T) {
 	assert.Empty(t, h.Get("OpenAI-Organization"))
 
 	// Without a key no Authorization header is sent (local servers).
-	m, err := NewOpenAI(OpenAIConfig{BaseURL: llm.srv.URL + "/v1", Model: "local"})
+	m, err := openaimodel.New(openaimodel.Config{BaseURL: llm.srv.URL + "/v1", Model: "local"})
 	require.NoError(t, err)
 	_, err = m.Generate(context.Background(), ModelRequest{Messages: []ChatMessage{{Role: "user", Content: "q"}}}, func(string) {})
 	require.NoError(t, err)
@@ -96,27 +97,27 @@ func TestOpenAIRequestShape(t *testing.T) {
 
 func TestOpenAIBackoffHonoursContext(t *testing.T) {
 	llm := newFakeLLM(t, reply{status: 503, retryAfter: "30", body: `{"error":{"message":"busy"}}`})
-	m := llm.model(t)
-	m.(*openAIModel).maxBackoff = time.Minute
+	m, err := openaimodel.New(openaimodel.Config{BaseURL: llm.srv.URL + "/v1", Model: "test-model", Backoff: time.Millisecond, MaxBackoff: time.Minute})
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := m.Generate(ctx, ModelRequest{Messages: []ChatMessage{{Role: "user", Content: "q"}}}, func(string) {})
+	_, err = m.Generate(ctx, ModelRequest{Messages: []ChatMessage{{Role: "user", Content: "q"}}}, func(string) {})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Equal(t, 1, llm.requestCount())
 }
 
 func TestNewOpenAIValidation(t *testing.T) {
-	for _, cfg := range []OpenAIConfig{
+	for _, cfg := range []openaimodel.Config{
 		{Model: "m"},
 		{BaseURL: "ftp://x/v1", Model: "m"},
 		{BaseURL: "not a url", Model: "m"},
 		{BaseURL: "http://127.0.0.1:1/v1"},
 	} {
-		_, err := NewOpenAI(cfg)
+		_, err := openaimodel.New(cfg)
 		require.Error(t, err, "%+v", cfg)
-		assert.True(t, strings.HasPrefix(err.Error(), "agent: openai:"))
+		assert.True(t, strings.HasPrefix(err.Error(), "openaimodel:"))
 	}
 }
 
@@ -132,9 +133,8 @@ func TestOpenAISecretNotLogged(t *testing.T) {
 		reply{status: 429, body: `{"error":{"message":"slow down"}}`},
 		reply{status: 401, body: `{"error":{"message":"Incorrect API key provided: sk-test-secret"}}`},
 	)
-	m, err := NewOpenAI(OpenAIConfig{BaseURL: llm.srv.URL + "/v1", Model: "m", APIKey: "sk-test-secret", Logger: logger})
+	m, err := openaimodel.New(openaimodel.Config{BaseURL: llm.srv.URL + "/v1", Model: "m", APIKey: "sk-test-secret", Backoff: time.Millisecond, Logger: logger})
 	require.NoError(t, err)
-	m.(*openAIModel).backoff = time.Millisecond
 	st := openStore(t)
 	sid := newSession(t, st)
 	a := newAgent(t, Config{Store: st, Model: m, Logger: logger})
@@ -328,7 +328,7 @@ func TestProviderFixtures(t *testing.T) {
 		t.Run(tc.fixture, func(t *testing.T) {
 			fx := loadProviderFixture(t, tc.fixture)
 			rs := replay(t, fx)
-			m, err := NewOpenAI(OpenAIConfig{BaseURL: rs.baseURL(fx), Model: fx.model, APIKey: "sk-fixture-key", MaxRetries: -1, Logger: testLogger(t)})
+			m, err := openaimodel.New(openaimodel.Config{BaseURL: rs.baseURL(fx), Model: fx.model, APIKey: "sk-fixture-key", MaxRetries: -1, Logger: testLogger(t)})
 			require.NoError(t, err)
 			var deltas strings.Builder
 			resp, err := m.Generate(context.Background(), ModelRequest{Messages: []ChatMessage{{Role: "user", Content: "q"}}}, func(d string) { deltas.WriteString(d) })
@@ -347,76 +347,6 @@ func TestProviderFixtures(t *testing.T) {
 				assert.NotContains(t, deltas.String(), r, "reasoning streamed to the user")
 			}
 		})
-	}
-}
-
-// thinkWhole is the thinkFilter's result for a text pushed in one piece.
-func thinkWhole(s string) string {
-	f := &thinkFilter{}
-	return f.push(s) + f.flush()
-}
-
-func TestThinkFilter(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"<think>reasoning</think>answer", "answer"},
-		{"\n <think>\nr\n</think>\n\n答案 [^1^]", "答案 [^1^]"},
-		{"answer <think>not reasoning</think>", "answer <think>not reasoning</think>"},
-		{"<thin", "<thin"},                // a prefix of the tag that never completed is text
-		{"<think>unclosed reasoning", ""}, // all reasoning
-		{"<think></think>", ""},
-		{"<b>bold</b>", "<b>bold</b>"},
-		{"", ""},
-		{"  plain", "  plain"},
-		{"<think>a</think>x</think>", "x</think>"},
-	}
-	for _, tc := range tests {
-		assert.Equal(t, tc.want, thinkWhole(tc.in), "%q", tc.in)
-		// Any split into two chunks gives the same result.
-		for i := 0; i <= len(tc.in); i++ {
-			f := &thinkFilter{}
-			got := f.push(tc.in[:i]) + f.push(tc.in[i:]) + f.flush()
-			assert.Equal(t, tc.want, got, "%q split at %d", tc.in, i)
-		}
-	}
-}
-
-// FuzzThinkFilter checks that the filter's output does not depend on how the stream is chunked.
-func FuzzThinkFilter(f *testing.F) {
-	f.Add("<think>r</think>answer", uint8(3), uint8(9))
-	f.Add(" \n<think>x</think>\n\ny", uint8(1), uint8(14))
-	f.Add("<thinking>no</thinking>", uint8(2), uint8(6))
-	f.Fuzz(func(t *testing.T, s string, a, b uint8) {
-		i, j := min(int(a), len(s)), min(int(b), len(s))
-		if i > j {
-			i, j = j, i
-		}
-		tf := &thinkFilter{}
-		got := tf.push(s[:i]) + tf.push(s[i:j]) + tf.push(s[j:]) + tf.flush()
-		if want := thinkWhole(s); got != want {
-			t.Fatalf("split %d/%d of %q: %q, whole: %q", i, j, s, got, want)
-		}
-	})
-}
-
-func TestErrorMessage(t *testing.T) {
-	tests := []struct{ body, want string }{
-		{`{"error":{"message":"Insufficient Balance","type":"unknown_error"}}`, "Insufficient Balance"},
-		{`{"error":{"code":"data_inspection_failed","message":""}}`, "data_inspection_failed"},
-		{`{"error":"llama runner process has terminated"}`, "llama runner process has terminated"},
-		{`{"object":"error","message":"The model does not exist.","code":404}`, "The model does not exist."},
-		{`{"code":"InvalidApiKey","message":"Invalid API-key provided.","request_id":"x"}`, "Invalid API-key provided."},
-		{`{"detail":"Not Found"}`, "Not Found"},
-		{`{"detail":[{"loc":["body","messages"],"msg":"field required","type":"value_error.missing"}]}`, "field required"},
-		{`{"msg":"rate limited"}`, "rate limited"},
-		{"404 page not found\n", "404 page not found"},
-		{"<html><body>502 Bad Gateway</body></html>", ""},
-		{`{"id":"x","object":"chat.completion.chunk","choices":[],"usage":{"total_tokens":3}}`, ""},
-		{"", ""},
-		{"\xff\xfe", ""},
-		{`{"error":{"message":`, ""},
-	}
-	for _, tc := range tests {
-		assert.Equal(t, tc.want, errorMessage([]byte(tc.body)), tc.body)
 	}
 }
 
@@ -472,7 +402,7 @@ func TestProvidersDoc(t *testing.T) {
 
 			rs := replay(t, fx)
 			// The documented URL with the provider's host swapped for the loopback replay.
-			m, err := NewOpenAI(OpenAIConfig{BaseURL: rs.srv.URL + u.Path, Model: model, APIKey: "sk-doc-example", MaxRetries: -1, Logger: testLogger(t)})
+			m, err := openaimodel.New(openaimodel.Config{BaseURL: rs.srv.URL + u.Path, Model: model, APIKey: "sk-doc-example", MaxRetries: -1, Logger: testLogger(t)})
 			require.NoError(t, err)
 			resp, err := m.Generate(context.Background(), ModelRequest{Messages: []ChatMessage{{Role: "user", Content: "q"}}}, func(string) {})
 			require.NoError(t, err)
@@ -513,7 +443,7 @@ func TestProviderRunThroughAgent(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	m, err := NewOpenAI(OpenAIConfig{BaseURL: srv.URL + "/compatible-mode/v1", Model: "qwen-plus", MaxRetries: -1, Logger: testLogger(t)})
+	m, err := openaimodel.New(openaimodel.Config{BaseURL: srv.URL + "/compatible-mode/v1", Model: "qwen-plus", MaxRetries: -1, Logger: testLogger(t)})
 	require.NoError(t, err)
 	search, calls := searchTool(hit{"年假制度", "https://kb.example.com/kb/annual-leave", "当年未休完的年假可顺延至次年 3 月 31 日前使用，逾期作废。"})
 	st := openStore(t)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/openaimodel"
 	"github.com/citegate/citegate/agent/tools"
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/channels/wechat"
@@ -47,7 +48,7 @@ func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
 	}
 	var model agent.Model
 	if c.LLM.BaseURL != "" {
-		model, err = agent.NewOpenAI(agent.OpenAIConfig{BaseURL: c.LLM.BaseURL, Model: c.LLM.Model, APIKey: c.LLM.APIKey, Logger: log})
+		model, err = openaimodel.New(openaimodel.Config{BaseURL: c.LLM.BaseURL, Model: c.LLM.Model, APIKey: c.LLM.APIKey, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}

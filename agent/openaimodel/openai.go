@@ -1,4 +1,6 @@
-package agent
+// Package openaimodel is the llm.Model of any OpenAI-compatible chat completions endpoint (OpenAI,
+// DeepSeek, Qwen, vLLM, Ollama, …) through openai-go, streaming text and tool calls.
+package openaimodel
 
 import (
 	"bufio"
@@ -20,6 +22,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/citegate/citegate/agent/llm"
 	"github.com/citegate/citegate/store"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -27,13 +30,17 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 )
 
-// OpenAIConfig configures an OpenAI-compatible chat completions model.
-type OpenAIConfig struct {
+// Config configures an OpenAI-compatible chat completions model.
+type Config struct {
 	BaseURL    string // e.g. https://api.openai.com/v1 or a local server's /v1
 	Model      string
 	APIKey     string // optional for local servers; never logged
 	HTTPClient *http.Client
 	MaxRetries int // retries on 429/5xx before the first token; default 2, negative means none
+	// Backoff is the first retry delay, doubled per attempt up to MaxBackoff; defaults 500 ms and
+	// 10 s (tests shorten the one and lengthen the other).
+	Backoff    time.Duration
+	MaxBackoff time.Duration
 	Logger     *slog.Logger
 }
 
@@ -46,20 +53,20 @@ type openAIModel struct {
 	apiKey     string // only to redact it from error messages
 	maxRetries int
 	log        *slog.Logger
-	// backoff is the first retry delay, doubled per attempt; tests shorten it.
+	// backoff is the first retry delay, doubled per attempt up to maxBackoff.
 	backoff    time.Duration
 	maxBackoff time.Duration
 }
 
-// NewOpenAI returns a Model that talks to an OpenAI-compatible /chat/completions endpoint.
-func NewOpenAI(cfg OpenAIConfig) (Model, error) {
+// New returns a Model that talks to an OpenAI-compatible /chat/completions endpoint.
+func New(cfg Config) (llm.Model, error) {
 	base := strings.TrimSpace(cfg.BaseURL)
 	u, err := url.Parse(base)
 	if base == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("agent: openai: base URL %q is not an absolute http(s) URL", cfg.BaseURL)
+		return nil, fmt.Errorf("openaimodel: base URL %q is not an absolute http(s) URL", cfg.BaseURL)
 	}
 	if strings.TrimSpace(cfg.Model) == "" {
-		return nil, errors.New("agent: openai: model name is required")
+		return nil, errors.New("openaimodel: model name is required")
 	}
 	switch {
 	case cfg.MaxRetries == 0:
@@ -69,6 +76,12 @@ func NewOpenAI(cfg OpenAIConfig) (Model, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 500 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 10 * time.Second
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
@@ -94,19 +107,19 @@ func NewOpenAI(cfg OpenAIConfig) (Model, error) {
 		apiKey:     cfg.APIKey,
 		maxRetries: cfg.MaxRetries,
 		log:        cfg.Logger.With("model", cfg.Model),
-		backoff:    500 * time.Millisecond,
-		maxBackoff: 10 * time.Second,
+		backoff:    cfg.Backoff,
+		maxBackoff: cfg.MaxBackoff,
 	}, nil
 }
 
-// Name implements Model.
+// Name implements llm.Model.
 func (m *openAIModel) Name() string { return m.model }
 
-// Generate implements Model: one streamed chat completion, tool-call deltas assembled by index.
-func (m *openAIModel) Generate(ctx context.Context, req ModelRequest, onDelta func(string)) (ModelResponse, error) {
+// Generate implements llm.Model: one streamed chat completion, tool-call deltas assembled by index.
+func (m *openAIModel) Generate(ctx context.Context, req llm.Request, onDelta func(string)) (llm.Response, error) {
 	params, err := m.params(req)
 	if err != nil {
-		return ModelResponse{}, err
+		return llm.Response{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		resp, status, retryAfter, tokens, err := m.stream(ctx, params, onDelta)
@@ -128,7 +141,7 @@ func (m *openAIModel) Generate(ctx context.Context, req ModelRequest, onDelta fu
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ModelResponse{}, fmt.Errorf("chat completions: %w", ctx.Err())
+			return llm.Response{}, fmt.Errorf("chat completions: %w", ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -255,7 +268,7 @@ type exchange struct {
 
 // stream makes one request. It reports the HTTP status (0 when none arrived), the server's
 // Retry-After, and whether any token (text or tool call) was received.
-func (m *openAIModel) stream(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(string)) (resp ModelResponse, status int, retryAfter time.Duration, tokens bool, err error) {
+func (m *openAIModel) stream(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(string)) (resp llm.Response, status int, retryAfter time.Duration, tokens bool, err error) {
 	ex := &exchange{}
 	// The middleware sees the HTTP status even when the error body is not JSON (the SDK then returns
 	// a decoding error instead of an *openai.Error), keeps error bodies for their message, notes
@@ -334,7 +347,7 @@ func (m *openAIModel) stream(ctx context.Context, params openai.ChatCompletionNe
 			for pos, tc := range ch.Delta.ToolCalls {
 				tokens = true
 				if err := calls.add(tc, pos); err != nil {
-					return ModelResponse{}, int(ex.status.Load()), 0, true, err
+					return llm.Response{}, int(ex.status.Load()), 0, true, err
 				}
 			}
 			if fc := ch.Delta.FunctionCall; fc.Name != "" || fc.Arguments != "" {
@@ -387,18 +400,18 @@ func (m *openAIModel) stream(ctx context.Context, params openai.ChatCompletionNe
 
 // wholeAnswer handles a 200 answer that is not an event stream: a complete chat completion (a
 // server or proxy that ignores "stream": true) is accepted; anything else is an error.
-func (m *openAIModel) wholeAnswer(body []byte, onDelta func(string), status int) (ModelResponse, int, time.Duration, bool, error) {
+func (m *openAIModel) wholeAnswer(body []byte, onDelta func(string), status int) (llm.Response, int, time.Duration, bool, error) {
 	var cc openai.ChatCompletion
 	if err := json.Unmarshal(body, &cc); err != nil || len(cc.Choices) == 0 {
 		if msg := m.redact(errorMessage(body)); msg != "" {
-			return ModelResponse{}, status, 0, false, fmt.Errorf("chat completions: %s", msg)
+			return llm.Response{}, status, 0, false, fmt.Errorf("chat completions: %s", msg)
 		}
-		return ModelResponse{}, status, 0, false, errors.New("chat completions: the server answered with neither an event stream nor a chat completion")
+		return llm.Response{}, status, 0, false, errors.New("chat completions: the server answered with neither an event stream nor a chat completion")
 	}
 	msg := cc.Choices[0].Message
 	think := &thinkFilter{}
 	text := think.push(msg.Content) + think.flush()
-	var resp ModelResponse
+	var resp llm.Response
 	if text != "" {
 		resp.Text = text
 		onDelta(text)
@@ -618,8 +631,8 @@ func parseRetryAfter(v string) time.Duration {
 	return time.Duration(secs * float64(time.Second))
 }
 
-// params converts a ModelRequest into chat completion parameters.
-func (m *openAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, error) {
+// params converts a llm.Request into chat completion parameters.
+func (m *openAIModel) params(req llm.Request) (openai.ChatCompletionNewParams, error) {
 	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(m.model)}
 	for _, msg := range req.Messages {
 		switch msg.Role {
