@@ -122,6 +122,9 @@ func OpenPG(ctx context.Context, connURL string, opt Options) (*PG, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: open %s: %w", desc, err)
 	}
+	if opt.SkipRunRecovery {
+		return p, nil
+	}
 	n, err := p.recoverExpiredRuns(cctx)
 	if err != nil {
 		pool.Close()

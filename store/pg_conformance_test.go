@@ -2,11 +2,10 @@ package store_test
 
 import (
 	"context"
-	"fmt"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/citegate/citegate/internal/pgtest"
 
 	"github.com/citegate/citegate/store"
 	"github.com/citegate/citegate/store/storetest"
@@ -14,62 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// PostgreSQL tests run against the database named by CITEGATE_TEST_POSTGRES (a URL, e.g.
-// postgres:///citegate_test?host=/var/run/postgresql), each test in a schema of its own that is
-// dropped afterwards. Without the variable they are skipped, except under CI=true where a missing
-// database is a failure: CI must test both backends.
-func testPostgresURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv("CITEGATE_TEST_POSTGRES")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal("CI=true but CITEGATE_TEST_POSTGRES is not set: the PostgreSQL backend must be tested in CI (.ci/run sets it)")
-		}
-		tb.Skip("PostgreSQL tests skipped: set CITEGATE_TEST_POSTGRES=postgres://… to run them")
-	}
-	return u
-}
-
-// newPGSchema creates an empty schema for one test and returns a URL whose search_path selects it.
-func newPGSchema(tb testing.TB) string {
-	tb.Helper()
-	base := testPostgresURL(tb)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	require.NoError(tb, err)
-	defer conn.Close(ctx)
-	name := fmt.Sprintf("citegate_test_%d_%s", os.Getpid(), strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(tb.Name())))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	ident := pgx.Identifier{name}.Sanitize()
-	_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident+" CASCADE")
-	require.NoError(tb, err)
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+ident)
-	require.NoError(tb, err)
-	tb.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), base)
-		if err != nil {
-			tb.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ident+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return withSearchPath(tb, base, name)
-}
-
-func withSearchPath(tb testing.TB, base, schema string) string {
-	tb.Helper()
-	u, err := url.Parse(base)
-	require.NoError(tb, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+// PostgreSQL tests run against the database named by CITEGATE_TEST_POSTGRES, each test in a schema
+// of its own (internal/pgtest); without it they are skipped, under CI=true they fail.
+func newPGSchema(tb testing.TB) string { return pgtest.Schema(tb) }
 
 // pgHarness runs the conformance suite on PostgreSQL, one fresh schema per test.
 func pgHarness() storetest.Harness {

@@ -83,6 +83,9 @@ type Options struct {
 	// left under that name at once; other runs only once their lease expired.
 	Owner    string
 	RunLease time.Duration
+	// SkipRunRecovery leaves RUNNING runs alone at open: admin commands open the database beside
+	// running servers and must not judge their runs.
+	SkipRunRecovery bool
 }
 
 // Store is citegate's bbolt-backed persistence. It is safe for concurrent use.

@@ -167,7 +167,7 @@ func apiStatus(t *testing.T, base, token, path string) int {
 	return resp.StatusCode
 }
 
-var allCommands = []string{"[serve]", "ask", "user add", "user list", "user token", "user revoke", "user login", "user grant-operator", "user revoke-operator", "backup", "version", "help"}
+var allCommands = []string{"[serve]", "ask", "user add", "user list", "user token", "user revoke", "user login", "user grant-operator", "user revoke-operator", "backup", "store copy", "version", "help"}
 
 func TestCLIHelpListsEveryCommand(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {

@@ -9,11 +9,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/citegate/citegate/store"
 )
 
 // Config is everything citegate reads at start. Precedence: flag > environment > YAML file > default.
 type Config struct {
-	Data      string `yaml:"data"`
+	Data string `yaml:"data"`
+	// Store is empty (bbolt in Data) or a postgres:// URL (PostgreSQL, shared by any number of
+	// serve processes).
+	Store     string `yaml:"store"`
 	Addr      string `yaml:"addr"`
 	PublicURL string `yaml:"public_url"`
 	// PublicURLSet: the public URL was configured rather than defaulted from addr (chat /share
@@ -77,7 +82,7 @@ type ChannelsConfig struct {
 
 // flagValues holds the raw flag values; empty means "not given".
 type flagValues struct {
-	config, data, addr, publicURL, llmBaseURL, llmModel, search, searxngURL, kb, fetchAllow, logLevel, lang string
+	config, data, store, addr, publicURL, llmBaseURL, llmModel, search, searxngURL, kb, fetchAllow, logLevel, lang string
 
 	// logDefault is the command's own default log level (serve: info; the one-shot commands: warn),
 	// used only when neither flag, environment nor file sets one.
@@ -90,6 +95,7 @@ func registerFlags(fs *flag.FlagSet) *flagValues {
 	v := &flagValues{}
 	fs.StringVar(&v.config, "config", "", "YAML config file (may set everything below, and the channels)")
 	fs.StringVar(&v.data, "data", "", "data directory holding the bbolt file (env CITEGATE_DATA, default ./data)")
+	fs.StringVar(&v.store, "store", "", "empty = bbolt in --data; postgres://… = PostgreSQL shared by any number of serve processes (env CITEGATE_STORE; prefer the environment or a passfile for the password)")
 	fs.StringVar(&v.addr, "addr", "", "listen address (env CITEGATE_ADDR, default 127.0.0.1:8080)")
 	fs.StringVar(&v.publicURL, "public-url", "", "external base URL for links and shares (env CITEGATE_PUBLIC_URL, default http://<addr>)")
 	fs.StringVar(&v.llmBaseURL, "llm-base-url", "", "OpenAI-compatible API base URL (env CITEGATE_LLM_BASE_URL); empty = offline extractive model; API key from env CITEGATE_LLM_API_KEY")
@@ -135,6 +141,10 @@ func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
 		return strings.ToLower(first(flagVal, getenv(envName), fileVal, def))
 	}
 	c.Data = first(v.data, getenv("CITEGATE_DATA"), c.Data, "./data")
+	c.Store = strings.TrimSpace(first(v.store, getenv("CITEGATE_STORE"), c.Store))
+	if c.Store != "" && !store.IsPostgresURL(c.Store) {
+		return c, fmt.Errorf("--store / CITEGATE_STORE: expected a postgres:// or postgresql:// URL, or nothing for bbolt in --data (got a value starting %q)", prefix(c.Store, 12))
+	}
 	c.Addr = first(v.addr, getenv("CITEGATE_ADDR"), c.Addr, "127.0.0.1:8080")
 	c.PublicURLSet = first(v.publicURL, getenv("CITEGATE_PUBLIC_URL"), c.PublicURL) != ""
 	c.PublicURL = strings.TrimRight(first(v.publicURL, getenv("CITEGATE_PUBLIC_URL"), c.PublicURL, "http://"+c.Addr), "/")
@@ -231,6 +241,25 @@ func orList(vals []string) string {
 		return strings.Join(vals, "")
 	}
 	return strings.Join(vals[:len(vals)-1], ", ") + " or " + vals[len(vals)-1]
+}
+
+// prefix returns at most n bytes of s, for messages that must not echo a whole secret-bearing value.
+func prefix(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// usesPostgres reports whether the store is PostgreSQL rather than the bbolt file in Data.
+func (c Config) usesPostgres() bool { return c.Store != "" }
+
+// storeName names the store for people: the bbolt file, or the PostgreSQL URL without password.
+func (c Config) storeName() string {
+	if c.usesPostgres() {
+		return "postgresql " + store.RedactURL(c.Store)
+	}
+	return "bbolt " + c.dbPath()
 }
 
 // dbPath is the bbolt file inside the data directory.

@@ -54,11 +54,16 @@ Usage:
   citegate user revoke-operator NAME
                                     take the operator role away from NAME; recorded in the audit log
   citegate backup FILE              write a consistent copy of the database to FILE
+  citegate store copy --to postgres://…
+                                    copy the bbolt database in --data into PostgreSQL (idempotent,
+                                    resumable, verified by counts and checksums); serve stopped
   citegate version                  print the version and source revision
   citegate help                     this text
 
 The user and backup commands work whether or not serve is running (they go through the
-server's admin socket in the data directory when it holds the database).
+server's admin socket in the data directory when it holds the database). With --store
+postgres://… (or CITEGATE_STORE) every command uses PostgreSQL, shared by any number of serve
+processes, and admin commands talk to the database directly.
 Flags may come before or after the arguments. Precedence: flags > environment > --config file > defaults.
 Run "citegate <command> --help" for the flags of a command.
 `
@@ -85,6 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err = cmdUser(ctx, args, stdout, stderr, getenv)
 	case "backup":
 		err = cmdBackup(ctx, args, stdout, stderr, getenv)
+	case "store":
+		err = cmdStore(ctx, args, stdout, stderr, getenv)
 	case "version":
 		err = cmdVersion(args, stdout, stderr)
 	case "help":

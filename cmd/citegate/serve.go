@@ -257,7 +257,7 @@ func printSummary(w io.Writer, cfg Config, listenAddr string, cr *core, chans []
 	}
 	row("address", "%s%s", listenAddr, reach)
 	row("public URL", "%s", cfg.PublicURL)
-	row("store", "bbolt %s", cfg.dbPath())
+	row("store", "%s", cfg.storeName())
 	row("model", "%s", cr.Agent.ModelName())
 	switch cfg.Search {
 	case "searxng":

@@ -304,6 +304,16 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 // through the running server's admin socket when the server holds it. It never waits on the file
 // lock for long.
 func withStoreOrServer(ctx context.Context, cfg Config, direct func(store.Backend) error, viaAdmin func(context.Context) error) error {
+	if cfg.usesPostgres() {
+		// PostgreSQL has no single-process lock: the command talks to the database directly,
+		// whether or not servers are running.
+		st, err := store.OpenPG(ctx, cfg.Store, store.Options{Logger: newLogger("error", io.Discard), SkipRunRecovery: true})
+		if err != nil {
+			return fmt.Errorf("open database: %w", err)
+		}
+		defer st.Close()
+		return direct(st)
+	}
 	st, err := store.Open(cfg.dbPath(), store.Options{Timeout: 300 * time.Millisecond, Logger: newLogger("error", io.Discard)})
 	if errors.Is(err, store.ErrLocked) {
 		// The server holds the database: go through its admin socket instead of waiting for the lock.

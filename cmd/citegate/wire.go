@@ -71,7 +71,16 @@ func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
 
 // openStore opens the database with a short lock wait and turns a held lock into advice.
 func openStore(c Config, log *slog.Logger, wait time.Duration) (store.Backend, error) {
-	st, err := store.Open(c.dbPath(), store.Options{Timeout: wait, Logger: log})
+	var (
+		st  store.Backend
+		err error
+	)
+	if c.usesPostgres() {
+		// No file lock to wait for: any number of processes share the database.
+		st, err = store.OpenPG(context.Background(), c.Store, store.Options{Logger: log})
+	} else {
+		st, err = store.Open(c.dbPath(), store.Options{Timeout: wait, Logger: log})
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return nil, err
