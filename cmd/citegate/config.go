@@ -16,10 +16,10 @@ import (
 // Config is everything citegate reads at start. Precedence: flag > environment > YAML file > default.
 type Config struct {
 	Data string `yaml:"data"`
+	Addr string `yaml:"addr"`
 	// Store is empty (bbolt in Data) or a postgres:// URL (PostgreSQL, shared by any number of
 	// serve processes).
 	Store     string `yaml:"store"`
-	Addr      string `yaml:"addr"`
 	PublicURL string `yaml:"public_url"`
 	// PublicURLSet: the public URL was configured rather than defaulted from addr (chat /share
 	// links are handed out only then).
