@@ -180,7 +180,7 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := web.RenderIndex(w, web.IndexData{Lang: lang, UserName: u.Name, ModelName: s.ag.ModelName()}); err != nil {
+	if err := web.RenderIndex(w, web.IndexData{Lang: lang, UserName: u.Name, ModelName: s.ag.ModelName(), Operator: u.Operator}); err != nil {
 		s.log.WarnContext(r.Context(), "render index", "err", err)
 	}
 }

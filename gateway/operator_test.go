@@ -145,6 +145,13 @@ func TestOperatorRoutesAreNotFoundForEveryoneElse(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 	assert.Equal(t, before, f.audit())
 
+	// The desktop view links the console for operators only.
+	_, _, index := f.req("GET", "/", bearer(f.olgaTok))
+	assert.Contains(t, index, `href="/operator"`)
+	_, _, index = f.req("GET", "/", bearer(f.aliceTok))
+	assert.Contains(t, index, `id="new-chat"`)
+	assert.NotContains(t, index, `href="/operator"`)
+
 	// Taking the role away closes the console at the next request.
 	status, _, _ = f.req("GET", "/operator", bearer(f.olgaTok))
 	require.Equal(t, http.StatusOK, status)

@@ -42,8 +42,11 @@ type ShareData struct {
 // LoginData fills the login page; Error is shown above the form when set.
 type LoginData struct{ Lang, Error string }
 
-// IndexData fills the desktop app shell.
-type IndexData struct{ Lang, UserName, ModelName string }
+// IndexData fills the desktop app shell. Operator adds the link to the operator console.
+type IndexData struct {
+	Lang, UserName, ModelName string
+	Operator                  bool
+}
 
 // asset is one embedded static file with its precomputed validator.
 type asset struct {
