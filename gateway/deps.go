@@ -35,6 +35,9 @@ type Store interface {
 	GetRun(ctx context.Context, id string) (store.Run, error)
 	ListRuns(ctx context.Context, sessionID string) ([]store.Run, error)
 	ConcludeRun(ctx context.Context, c store.Conclusion) (store.Run, store.Message, error)
+	// Runs across replicas (bus_cluster.go, bus_lease.go).
+	ActiveRunStore
+	LeaseStore
 	// Chat-platform inbound (the dispatcher).
 	AcceptInbound(ctx context.Context, in store.Inbound) (store.Accepted, error)
 	UnmarkSeen(ctx context.Context, key string) error

@@ -208,7 +208,7 @@ func (d *Dispatcher) handle(ctx context.Context, ch channels.Channel, m channels
 			d.notice(ch, m, convKey, noticeBadMessage)
 			return
 		}
-		in.Turn = &store.InboundTurn{Channel: m.Channel, Text: text}
+		in.Turn = &store.InboundTurn{Channel: m.Channel, Text: text, Origin: originOf(m)}
 	}
 	unlock := d.convs.lock(convKey)
 	defer unlock()

@@ -63,6 +63,10 @@ type Config struct {
 	// AllowedOrigins are extra Origins (scheme://host[:port]) allowed for cookie-authenticated
 	// websocket upgrades; PublicURL's origin is always allowed.
 	AllowedOrigins []string
+	// Bus joins this server to the other replicas on the same database (bus.go); nil → LocalBus,
+	// one process. With a shared bus, desktop clients see runs executing on any replica and
+	// chat.cancel reaches them (Store must then also be shared).
+	Bus Bus
 	// Registry receives the gateway's metrics and is exposed at /metrics; nil → a new one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -82,6 +86,7 @@ type Server struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	hub       *hub
+	bus       Bus
 	renders   *renderCache // answer HTML, rendered once per content and citations (render.go)
 	handler   http.Handler
 	unsub     func()
@@ -163,7 +168,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("gateway: channel state metric: %w", err)
 		}
 	}
-	s.hub = newHub(s, cfg.Store, cfg.Agent, cfg.MaxConnsPerUser)
+	s.bus = cfg.Bus
+	if s.bus == nil {
+		s.bus = LocalBus{}
+	}
+	s.hub = newHub(s, cfg.Store, ClusterAgent(cfg.Agent, s.bus, cfg.Store, s.log), cfg.MaxConnsPerUser)
 	if s.handler, err = s.routes(); err != nil {
 		return nil, err
 	}

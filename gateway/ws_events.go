@@ -32,6 +32,20 @@ func (h *hub) onEvent(ev agent.Event) {
 		ev.At = time.Now()
 	}
 	h.runs.track(ev)
+	h.s.bus.Publish(ev)
+	h.routeEvent(ev)
+}
+
+// onRemote routes an event of a run executing on another replica (bus.go). The run's metrics are
+// that replica's, so the tracker does not see it.
+func (h *hub) onRemote(ev agent.Event) {
+	defer h.s.recoverGo("websocket remote event routing")
+	h.routeEvent(ev)
+}
+
+// routeEvent sends ev to its session owner's clients, through the session's lane when routing
+// needs the store.
+func (h *hub) routeEvent(ev agent.Event) {
 	if !h.anyClients() {
 		return
 	}
@@ -54,6 +68,9 @@ func isFinal(ev agent.Event) bool {
 type answerRecord struct {
 	content string
 	allowed []string
+	// cits are the stored citations, for a citations event that arrived without them (from
+	// another replica, which sends them by reference).
+	cits []citations.Citation
 }
 
 // lanes hold, per session, the events waiting behind a store read. While a session has a lane,
@@ -153,12 +170,12 @@ func (h *hub) lookupAnswer(ev agent.Event) answerRecord {
 		return answerRecord{content: content, allowed: linkAllowList(nil, ev.Citations)}
 	}
 	cits := ev.Citations
-	if ev.Type == agent.EventAnswerFinal {
+	if ev.Type == agent.EventAnswerFinal || cits == nil {
 		// The record may already hold the citations (one transaction with the answer); the
 		// citations event re-renders with them either way.
 		cits = citations.FromMetadata(m.Metadata)
 	}
-	return answerRecord{content: m.Content, allowed: linkAllowList(m.Metadata, cits)}
+	return answerRecord{content: m.Content, allowed: linkAllowList(m.Metadata, cits), cits: cits}
 }
 
 // route encodes ev for the owner's clients and queues it on each; rec is the stored answer for
@@ -197,15 +214,22 @@ func (h *hub) route(ev agent.Event, owner string, rec answerRecord) {
 		return
 	case agent.EventAnswerFinal:
 		final := ev.Content
+		if final == "" {
+			final = rec.content // an event from another replica: the content is the stored one
+		}
 		f.MessageID, f.Content = ev.MessageID, &final
 		h.perLang(cs, f, func(lang string) string {
 			return h.s.renderAnswer(final, nil, rec.allowed, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
 		})
 		return
 	case agent.EventCitations:
-		f.MessageID, f.Citations = ev.MessageID, ev.Citations
+		cits := ev.Citations
+		if cits == nil {
+			cits = rec.cits
+		}
+		f.MessageID, f.Citations = ev.MessageID, cits
 		h.perLang(cs, f, func(lang string) string {
-			return h.s.renderAnswer(rec.content, ev.Citations, rec.allowed, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
+			return h.s.renderAnswer(rec.content, cits, rec.allowed, markdown.Options{Lang: lang, Anchor: anchorFor(ev.MessageID), MessageID: ev.MessageID})
 		})
 		return
 	case agent.EventRunFinished:

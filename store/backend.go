@@ -52,6 +52,12 @@ type Backend interface {
 	// RecoveredRuns reports how many RUNNING runs opening the store turned into FAILED "interrupted".
 	RecoveredRuns() int
 
+	// Runs across replicas (leases.go): the session's running run wherever it executes, renewing
+	// one owner's leases, and failing the runs whose lease passed.
+	ActiveRun(ctx context.Context, sessionID string) (Run, error)
+	RenewRunLeases(ctx context.Context, owner string, until time.Time) (int, error)
+	ReapExpiredRuns(ctx context.Context, now time.Time) ([]Run, error)
+
 	// Chat-platform dedup keys.
 	MarkSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
 	PruneSeen(ctx context.Context) (int, error)

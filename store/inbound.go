@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -38,6 +39,9 @@ type InboundTurn struct {
 	RunID   string // assigned when empty
 	Channel string // recorded on the run
 	Text    string // the USER message's content; must not be blank
+	// Origin is recorded on the run (Run.Origin): the platform message, so that another replica
+	// can tell the conversation if the one executing the run dies.
+	Origin json.RawMessage
 }
 
 // Accepted is what AcceptInbound did.
@@ -83,7 +87,7 @@ func (s *Store) AcceptInbound(ctx context.Context, in Inbound) (Accepted, error)
 	var user Message
 	if in.Turn != nil {
 		var err error
-		if run, err = s.prepareRun(Run{ID: in.Turn.RunID, Channel: in.Turn.Channel}); err != nil {
+		if run, err = s.prepareRun(Run{ID: in.Turn.RunID, Channel: in.Turn.Channel, Origin: in.Turn.Origin}); err != nil {
 			return Accepted{}, fmt.Errorf("store: %s: %w", op, err)
 		}
 		// The session id is known only inside the transaction; the rest of the message is final.

@@ -364,31 +364,53 @@ func (p *PG) MergeMetadata(ctx context.Context, id uint64, patch map[string]json
 // Runs.
 
 const pgRunCols = `id, session_id, channel, phase, started_at, ended_at, error, user_message_id, final_message_id,
-	markers_seen, markers_kept, markers_dropped`
+	markers_seen, markers_kept, markers_dropped, owner, lease_until, origin`
 
 func scanRun(row pgx.Row) (Run, error) {
 	var (
 		r             Run
 		ended         *time.Time
 		userID, final int64
+		lease         *time.Time
+		origin        *string
 	)
 	if err := row.Scan(&r.ID, &r.SessionID, &r.Channel, &r.Phase, &r.StartedAt, &ended, &r.Error, &userID, &final,
-		&r.MarkersSeen, &r.MarkersKept, &r.MarkersDropped); err != nil {
+		&r.MarkersSeen, &r.MarkersKept, &r.MarkersDropped, &r.LeaseOwner, &lease, &origin); err != nil {
 		return Run{}, err
 	}
-	r.StartedAt, r.EndedAt = utc(r.StartedAt), utcPtr(ended)
+	if origin != nil {
+		r.Origin = json.RawMessage(*origin)
+	}
+	r.StartedAt, r.EndedAt, r.LeaseUntil = utc(r.StartedAt), utcPtr(ended), utcPtr(lease)
 	r.UserMessageID, r.FinalMessageID = uint64(userID), uint64(final)
 	return r, nil
 }
 
-// insertRunPG stores a prepared run owned by this process with a fresh lease; an existing ID is
-// ErrConflict. The caller has checked the session.
+// leaseRun gives a prepared run this process as its owner and a fresh lease, unless the caller
+// named them.
+func (p *PG) leaseRun(r Run) Run {
+	if r.LeaseOwner == "" {
+		r.LeaseOwner = p.owner
+	}
+	if r.LeaseUntil.IsZero() {
+		r.LeaseUntil = p.nowUTC().Add(p.lease)
+	}
+	return r
+}
+
+// insertRunPG stores a prepared, leased run (leaseRun); an existing ID is ErrConflict. The caller
+// has checked the session.
 func (p *PG) insertRunPG(ctx context.Context, q pgq, r Run) error {
+	var origin *string
+	if len(r.Origin) > 0 {
+		o := string(r.Origin)
+		origin = &o
+	}
 	tag, err := q.Exec(ctx, `INSERT INTO runs (id, session_id, channel, phase, started_at, error, user_message_id, final_message_id,
-		markers_seen, markers_kept, markers_dropped, owner, lease_until)
-		VALUES ($1, $2, $3, $4, $5, '', $6, 0, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING`,
+		markers_seen, markers_kept, markers_dropped, owner, lease_until, origin)
+		VALUES ($1, $2, $3, $4, $5, '', $6, 0, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING`,
 		r.ID, r.SessionID, r.Channel, string(r.Phase), r.StartedAt, i64(r.UserMessageID),
-		r.MarkersSeen, r.MarkersKept, r.MarkersDropped, p.owner, p.nowUTC().Add(p.lease))
+		r.MarkersSeen, r.MarkersKept, r.MarkersDropped, r.LeaseOwner, nullTime(r.LeaseUntil), origin)
 	if err != nil {
 		return fmt.Errorf("run %q: %w", r.ID, err)
 	}
@@ -404,6 +426,7 @@ func (p *PG) CreateRun(ctx context.Context, r Run) (Run, error) {
 	if err != nil {
 		return Run{}, fmt.Errorf("store: create run: %w", err)
 	}
+	r = p.leaseRun(r)
 	err = p.tx(ctx, "create run", func(tx pgx.Tx) error {
 		if err := sessionExists(ctx, tx, r.SessionID); err != nil {
 			return err
@@ -428,6 +451,7 @@ func lockRunning(ctx context.Context, tx pgx.Tx, id string) (Run, error) {
 	return r, nil
 }
 
+// saveEnded writes a run's end; its lease ends with it (the caller clears r.LeaseUntil).
 func saveEnded(ctx context.Context, tx pgx.Tx, r Run) error {
 	_, err := tx.Exec(ctx, `UPDATE runs SET phase = $2, error = $3, final_message_id = $4, ended_at = $5,
 		markers_seen = $6, markers_kept = $7, markers_dropped = $8, lease_until = NULL WHERE id = $1`,
@@ -450,6 +474,7 @@ func (p *PG) FinishRun(ctx context.Context, id string, phase Phase, errMsg strin
 			return err
 		}
 		r.Phase, r.Error, r.FinalMessageID, r.EndedAt = phase, errMsg, finalMessageID, p.nowUTC()
+		r.LeaseUntil = time.Time{}
 		if err := saveEnded(ctx, tx, r); err != nil {
 			return err
 		}
@@ -500,7 +525,7 @@ func (p *PG) ConcludeRun(ctx context.Context, c Conclusion) (Run, Message, error
 		}
 		r.Phase, r.Error, r.FinalMessageID = c.Phase, c.Error, m.ID
 		r.MarkersSeen, r.MarkersKept, r.MarkersDropped = c.MarkersSeen, c.MarkersKept, c.MarkersDropped
-		r.EndedAt = p.nowUTC()
+		r.EndedAt, r.LeaseUntil = p.nowUTC(), time.Time{}
 		if err := saveEnded(ctx, tx, r); err != nil {
 			return err
 		}
@@ -641,9 +666,10 @@ func (p *PG) AcceptInbound(ctx context.Context, in Inbound) (Accepted, error) {
 	var user Message
 	if in.Turn != nil {
 		var err error
-		if run, err = p.prepareRun(Run{ID: in.Turn.RunID, Channel: in.Turn.Channel}); err != nil {
+		if run, err = p.prepareRun(Run{ID: in.Turn.RunID, Channel: in.Turn.Channel, Origin: in.Turn.Origin}); err != nil {
 			return Accepted{}, fmt.Errorf("store: %s: %w", op, err)
 		}
+		run = p.leaseRun(run)
 		user = Message{RunID: run.ID, Role: RoleUser, Content: in.Turn.Text, CreatedAt: run.StartedAt}
 	}
 	var out Accepted

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -47,6 +48,15 @@ func (s clock) prepareRun(r Run) (Run, error) {
 	r.EndedAt = time.Time{}
 	r.Error = ""
 	r.FinalMessageID = 0
+	if !r.LeaseUntil.IsZero() {
+		r.LeaseUntil = s.norm(r.LeaseUntil)
+	}
+	if len(r.Origin) > 0 {
+		if !json.Valid(r.Origin) {
+			return Run{}, fmt.Errorf("%w: origin is not JSON", ErrInvalid)
+		}
+		r.Origin = compactOrigin(r.Origin)
+	}
 	return r, nil
 }
 
@@ -91,7 +101,7 @@ func (s *Store) FinishRun(ctx context.Context, id string, phase Phase, errMsg st
 		r.Phase = phase
 		r.Error = errMsg
 		r.FinalMessageID = finalMessageID
-		r.EndedAt = s.nowUTC()
+		r.EndedAt, r.LeaseUntil = s.nowUTC(), time.Time{}
 		if err := putJSON(runs, []byte(id), r); err != nil {
 			return fmt.Errorf("run %q: %w", id, err)
 		}
@@ -162,7 +172,7 @@ func (s *Store) ConcludeRun(ctx context.Context, c Conclusion) (Run, Message, er
 		r.Error = c.Error
 		r.FinalMessageID = m.ID
 		r.MarkersSeen, r.MarkersKept, r.MarkersDropped = c.MarkersSeen, c.MarkersKept, c.MarkersDropped
-		r.EndedAt = s.nowUTC()
+		r.EndedAt, r.LeaseUntil = s.nowUTC(), time.Time{}
 		if err := putJSON(runs, []byte(c.RunID), r); err != nil {
 			return fmt.Errorf("run %q: %w", c.RunID, err)
 		}

@@ -223,7 +223,7 @@ func (s *Store) recoverRunsLocked(tx *bolt.Tx) (int, error) {
 		}
 		r.Phase = PhaseFailed
 		r.Error = "interrupted"
-		r.EndedAt = now
+		r.EndedAt, r.LeaseUntil = now, time.Time{}
 		if err := putJSON(runs, id, r); err != nil {
 			return 0, fmt.Errorf("recover run %q: %w", id, err)
 		}

@@ -93,6 +93,17 @@ type Run struct {
 	MarkersSeen    int       `json:"markersSeen"`
 	MarkersKept    int       `json:"markersKept"`
 	MarkersDropped int       `json:"markersDropped"`
+	// LeaseOwner and LeaseUntil name the process executing a RUNNING run and until when it vouches
+	// for it, when several replicas share the database (the PostgreSQL store sets them from its
+	// options when CreateRun is given none; with bbolt, one process, they stay empty and Open
+	// recovers instead). The owner renews the leases of its runs, queued ones included, in one
+	// write (RenewRunLeases); a RUNNING run whose lease has passed belongs to a replica that died,
+	// and ReapExpiredRuns fails it.
+	LeaseOwner string    `json:"leaseOwner,omitempty"`
+	LeaseUntil time.Time `json:"leaseUntil,omitzero"`
+	// Origin is where the run's turn came from, a JSON value opaque to the store: for a chat
+	// channel, what another replica needs to tell the conversation that the run was interrupted.
+	Origin json.RawMessage `json:"origin,omitempty"`
 }
 
 // Conclusion is everything the end of a run writes; ConcludeRun commits it in one transaction so

@@ -1,0 +1,296 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/channels"
+	"github.com/citegate/citegate/store"
+)
+
+// memNet is an in-process transport between the buses of several Servers: what one member
+// sends, every other member receives, in order — what NOTIFY does between processes, so the
+// outbox, the packets and the hub's remote path run exactly as with PostgreSQL.
+type memNet struct {
+	mu      sync.Mutex
+	members []*memMember
+}
+
+type memMember struct {
+	net *memNet
+	in  chan []byte
+}
+
+func (n *memNet) join(t *testing.T, name string) *packetBus {
+	m := &memMember{net: n, in: make(chan []byte, 1<<14)}
+	n.mu.Lock()
+	n.members = append(n.members, m)
+	n.mu.Unlock()
+	b, err := newPacketBus(name, m, nil, nil, nil)
+	require.NoError(t, err)
+	return b
+}
+
+func (m *memMember) send(_ context.Context, packets [][]byte) error {
+	m.net.mu.Lock()
+	defer m.net.mu.Unlock()
+	for _, o := range m.net.members {
+		for _, p := range packets {
+			o.in <- p // every member, the sender too, as NOTIFY does
+		}
+	}
+	return nil
+}
+
+func (m *memMember) listen(ctx context.Context, deliver func([]byte), ready func(bool)) error {
+	ready(true)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case p := <-m.in:
+			deliver(p)
+		}
+	}
+}
+
+// replica is one Server of a multi-replica test: its own agent and bus, the shared store.
+type replica struct {
+	env *testEnv
+	bus *packetBus
+}
+
+// newReplicas starts n Servers on one bbolt store (a stand-in for the shared PostgreSQL
+// database; the bbolt handle is safe for concurrent use), joined by a memNet bus.
+func newReplicas(t *testing.T, n int, model func() *scriptedModel) []*replica {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "citegate.db"), store.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	net := &memNet{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	var out []*replica
+	for i := range n {
+		bus := net.join(t, "replica-"+string(rune('a'+i)))
+		m := model()
+		ag, err := agent.New(agent.Config{Store: st, Model: m, Tools: []agent.Tool{fixedSearch{result: func(q string) string {
+			return searchResult(q, [3]string{"示例来源", "https://example.com/a", "示例内容：" + q})
+		}}}})
+		require.NoError(t, err)
+		ts := httptest.NewUnstartedServer(nil)
+		srv, err := New(Config{Addr: "127.0.0.1:0", PublicURL: "http://" + ts.Listener.Addr().String(), DataDir: dir, Store: st,
+			Agent: ag, Bus: bus, Registry: prometheus.NewRegistry(), ChatRatePerMinute: 600})
+		require.NoError(t, err)
+		ts.Config.Handler = srv.Handler()
+		ts.Start()
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = srv.RunBus(ctx) }()
+		t.Cleanup(func() {
+			srv.Close()
+			ts.Close()
+			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer ccancel()
+			_ = ag.Close(cctx)
+		})
+		out = append(out, &replica{env: &testEnv{t: t, st: st, ag: ag, srv: srv, ts: ts, model: m}, bus: bus})
+	}
+	return out
+}
+
+// summary reduces a run's frames to what must agree between replicas: the frame types with the
+// deltas joined (the bus may coalesce them), the answer text and the final frames' payloads.
+func summary(frames []map[string]any) (kinds []string, text string, finals []map[string]any) {
+	for _, f := range frames {
+		typ, _ := f["type"].(string)
+		if typ == "answer.delta" {
+			text += f["text"].(string)
+			if len(kinds) == 0 || kinds[len(kinds)-1] != "answer.delta" {
+				kinds = append(kinds, typ)
+			}
+			continue
+		}
+		kinds = append(kinds, typ)
+		if typ == "answer.final" || typ == "citations" || typ == "run.finished" {
+			finals = append(finals, f)
+		}
+	}
+	return kinds, text, finals
+}
+
+// A desktop client connected to replica B sees, live and in order, the run its user started on
+// replica A: the same frames as a client on A, the final answer rendered from the shared store with
+// its verified citations.
+func TestBusRunOnOneReplicaStreamsToAnother(t *testing.T) {
+	rs := newReplicas(t, 2, func() *scriptedModel {
+		return &scriptedModel{answer: func(q string, _ []string) string {
+			return "答案：" + q + "，<b>第一点</b>[^1^]。" + strings.Repeat("更多内容。", 300)
+		}}
+	})
+	a, b := rs[0], rs[1]
+	u, tok := a.env.user("alice")
+	sess := a.env.session(u, "t")
+	onA, onB := a.env.mustWS(tok), b.env.mustWS(tok)
+	onA.send(map[string]any{"type": "chat.send", "sessionId": sess.ID, "text": "发票抬头"})
+	framesA := onA.until("run.finished")
+	framesB := onB.until("run.finished")
+
+	kindsA, textA, finalsA := summary(framesA)
+	kindsB, textB, finalsB := summary(framesB)
+	assert.Equal(t, []string{"run.started", "tool.started", "tool.finished", "answer.delta", "answer.final", "citations", "run.finished"}, kindsA)
+	assert.Equal(t, kindsA, kindsB, "the same frames, in the same order")
+	assert.Equal(t, textA, textB, "every delta arrives")
+	require.Len(t, finalsB, 3)
+	for i := range finalsA {
+		assert.Equal(t, finalsA[i], finalsB[i], "final frames agree (content, html, citations)")
+	}
+	assert.Contains(t, finalsB[0]["content"], "[^1^]", "the stored content, markers kept")
+	assert.Contains(t, finalsB[1]["html"], "<sup", "the answer renders with its citation")
+	assert.Len(t, finalsB[1]["citations"], 1)
+	assert.Equal(t, "COMPLETED", finalsB[2]["phase"])
+	onB.quiet(200 * time.Millisecond)
+}
+
+// chat.cancel sent to replica B stops the run executing on replica A; a cancel with nothing
+// running anywhere is still an error.
+func TestBusCancelReachesTheOwningReplica(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	rs := newReplicas(t, 2, func() *scriptedModel {
+		return &scriptedModel{answer: func(q string, _ []string) string { return "一段很长的回答正在生成中[^1^]" }, hold: hold}
+	})
+	a, b := rs[0], rs[1]
+	u, tok := a.env.user("alice")
+	sess := a.env.session(u, "t")
+	onA, onB := a.env.mustWS(tok), b.env.mustWS(tok)
+
+	onB.send(map[string]any{"type": "chat.cancel", "sessionId": sess.ID})
+	f := onB.next()
+	assert.Equal(t, "error", f["type"], "nothing runs yet: %v", f)
+
+	onA.send(map[string]any{"type": "chat.send", "sessionId": sess.ID, "text": "问题"})
+	onB.until("answer.delta") // the run is in its answer round on A, held
+	onB.send(map[string]any{"type": "chat.cancel", "sessionId": sess.ID})
+	last := onB.until("run.finished")
+	assert.Equal(t, "CANCELLED", last[len(last)-1]["phase"])
+	for _, f := range last {
+		assert.NotEqual(t, "error", f["type"], "%v", f)
+	}
+	lastA := onA.until("run.finished")
+	assert.Equal(t, "CANCELLED", lastA[len(lastA)-1]["phase"])
+	runs, err := a.env.st.ListRuns(context.Background(), sess.ID)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	assert.Equal(t, store.PhaseCancelled, runs[0].Phase)
+}
+
+// fakeChannel records what the dispatcher sends.
+type fakeChannel struct {
+	mu   sync.Mutex
+	sent []string
+	to   []channels.Message
+	got  chan struct{}
+}
+
+func (f *fakeChannel) Name() string                                  { return "wechat" }
+func (f *fakeChannel) Start(context.Context, channels.Handler) error { return nil }
+func (f *fakeChannel) Limits() channels.Limits                       { return channels.Limits{} }
+func (f *fakeChannel) Reply(context.Context, channels.Message) (channels.Reply, error) {
+	return nil, nil
+}
+func (f *fakeChannel) Send(_ context.Context, m channels.Message, text string) error {
+	f.mu.Lock()
+	f.sent, f.to = append(f.sent, text), append(f.to, m)
+	f.mu.Unlock()
+	f.got <- struct{}{}
+	return nil
+}
+
+// A run whose replica stopped renewing its lease is failed by a survivor's reaper, the user's
+// desktop clients on every replica see it end, and a chat conversation is told through its channel.
+func TestBusReaperEndsRunsOfADeadReplica(t *testing.T) {
+	rs := newReplicas(t, 2, func() *scriptedModel { return &scriptedModel{answer: func(string, []string) string { return "x" }} })
+	a, b := rs[0], rs[1]
+	ctx := context.Background()
+	u, tok := a.env.user("alice")
+	sess := a.env.session(u, "t")
+	onB := b.env.mustWS(tok)
+	now := time.Now()
+	dead, err := a.env.st.CreateRun(ctx, store.Run{SessionID: sess.ID, Channel: "desktop", LeaseOwner: "dead", LeaseUntil: now.Add(-time.Second)})
+	require.NoError(t, err)
+	chatSess, err := a.env.st.CreateSession(ctx, store.Session{UserID: "wechat:o1", Channel: "wechat"})
+	require.NoError(t, err)
+	origin := originOf(channels.Message{Channel: "wechat", ID: "m1", ConversationID: "o1", Ref: "o1"})
+	chatRun, err := a.env.st.CreateRun(ctx, store.Run{SessionID: chatSess.ID, Channel: "wechat", LeaseOwner: "dead", LeaseUntil: now.Add(-time.Second), Origin: origin})
+	require.NoError(t, err)
+	alive, err := a.env.st.CreateRun(ctx, store.Run{SessionID: chatSess.ID, Channel: "wechat", LeaseOwner: "live", LeaseUntil: now.Add(time.Hour)})
+	require.NoError(t, err)
+
+	ch := &fakeChannel{got: make(chan struct{}, 4)}
+	disp, err := NewDispatcher(DispatcherConfig{Store: a.env.st, Agent: a.env.ag, Logger: a.env.srv.log})
+	require.NoError(t, err)
+	defer disp.Close(ctx)
+	var told []string
+	leases, err := NewLeases(LeasesConfig{Store: a.env.st, Owner: "replica-a", Lease: 4 * time.Second, Interrupted: func(r store.Run) {
+		told = append(told, r.ID)
+		a.env.srv.RunInterrupted(r)
+		disp.RunInterrupted(r, []channels.Channel{ch})
+	}})
+	require.NoError(t, err)
+	leases.Round(ctx)
+
+	assert.ElementsMatch(t, []string{dead.ID, chatRun.ID}, told, "the live replica's run is left alone")
+	for _, id := range []string{dead.ID, chatRun.ID} {
+		r, err := a.env.st.GetRun(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, store.PhaseFailed, r.Phase)
+		assert.Equal(t, store.ErrorInterrupted, r.Error)
+	}
+	r, err := a.env.st.GetRun(ctx, alive.ID)
+	require.NoError(t, err)
+	assert.Equal(t, store.PhaseRunning, r.Phase)
+
+	f := onB.until("run.finished")
+	last := f[len(f)-1]
+	assert.Equal(t, dead.ID, last["runId"], "the desktop client on the other replica sees the run end")
+	assert.Equal(t, "FAILED", last["phase"])
+	assert.Equal(t, interruptedError, last["error"])
+
+	select {
+	case <-ch.got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the conversation was not told")
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	assert.Equal(t, []string{noticeInterrupted}, ch.sent)
+	assert.Equal(t, "o1", ch.to[0].ConversationID)
+	assert.Equal(t, "m1", ch.to[0].ID)
+	assert.Equal(t, "o1", ch.to[0].Ref, "the channel's reference is rebuilt")
+}
+
+func TestRunOriginRoundTrip(t *testing.T) {
+	type ref struct{ MessageID, ChatID string }
+	m := channels.Message{Channel: "feishu", ID: "om_1", ConversationID: "oc_1", SenderID: "u", SenderName: "张三", Group: true, Mentioned: true, Text: "not recorded", Ref: ref{"om_1", "oc_1"}}
+	raw := originOf(m)
+	assert.NotContains(t, string(raw), "not recorded", "the text is the USER message's, not the origin's")
+	var o runOrigin
+	require.NoError(t, json.Unmarshal(raw, &o))
+	got := o.message(&fakeChannel{})
+	want := m
+	want.Text, want.Ref = "", nil // an object Ref needs the channel's RefDecoder
+	assert.Equal(t, want, got)
+}
