@@ -164,7 +164,8 @@
     for (const pre of art.querySelectorAll('.bubble pre')) pre.tabIndex = 0;
   });
 
-  cg.on('frame:session.history', (f) => renderHistory(f.sessionId, f.messages || []));
+  // A page with before is an earlier page for history-more.js to insert, not the chat's newest page.
+  cg.on('frame:session.history', (f) => { if (!f.before) renderHistory(f.sessionId, f.messages || []); });
   cg.on('frame:run.started', (f) => {
     const mine = f.sessionId === state.current && !!els.messages.querySelector('.msg.pending');
     startRun(f);
