@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -34,14 +35,57 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request, u store.Us
 	if err != nil {
 		return err
 	}
-	msgs, err := s.st.ListMessages(r.Context(), sess.ID)
+	// The export walks the session forward a page at a time, each page its own short read: a
+	// session of any length costs one page of memory, and a slow download holds no read
+	// transaction open. The first page is read before anything is sent, so a failing store is
+	// still a proper error response. Messages appended while the download runs are included up to
+	// the newest one at its start.
+	last, err := s.st.LastMessageID(r.Context(), sess.ID)
 	if err != nil {
-		return s.storeErr("list_messages", err)
+		return s.storeErr("last_message_id", err)
+	}
+	next := s.messagePages(r.Context(), sess.ID, last)
+	first, err := next()
+	if err != nil {
+		return s.storeErr("list_messages_after", err)
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	s.streamJSONL(w, r, sess, msgs, ownerLine)
+	s.streamJSONL(w, r, sess, first, next, ownerLine)
 	return nil
 }
+
+// exportPage is how many messages one store read of an export fetches.
+const exportPage = 256
+
+// messagePages returns an iterator over a session's messages with ids up to last, a page per call
+// in ascending order; an empty page means the end.
+func (s *Server) messagePages(ctx context.Context, sessionID string, last uint64) func() ([]store.Message, error) {
+	cursor := uint64(0)
+	return func() ([]store.Message, error) {
+		if cursor >= last {
+			return nil, nil
+		}
+		page, err := s.st.ListMessagesAfter(ctx, sessionID, cursor, exportPage)
+		if err != nil {
+			return nil, err
+		}
+		for i, m := range page {
+			if m.ID > last {
+				page = page[:i]
+				break
+			}
+		}
+		if len(page) == 0 {
+			cursor = last
+			return nil, nil
+		}
+		cursor = page[len(page)-1].ID
+		return page, nil
+	}
+}
+
+// noMorePages ends a stream whose messages were all in its first page.
+func noMorePages() ([]store.Message, error) { return nil, nil }
 
 // ownerLine is the owner's export of m: the whole stored record (data: URIs in metadata scrubbed).
 func ownerLine(m store.Message) (exportLine, bool) {
@@ -78,9 +122,11 @@ func publicLine(m store.Message) (exportLine, bool) {
 	return line, true
 }
 
-// streamJSONL writes one object per line as it goes; nothing but the current line is buffered.
-// lineOf decides what a message becomes (false: left out).
-func (s *Server) streamJSONL(w http.ResponseWriter, r *http.Request, sess store.Session, msgs []store.Message, lineOf func(store.Message) (exportLine, bool)) {
+// streamJSONL writes one object per line as it goes: first, then every page next returns until an
+// empty one. Nothing but the current page is held. lineOf decides what a message becomes (false:
+// left out). A store error after the first page ends the download early (the status is already
+// sent); it is logged and counted.
+func (s *Server) streamJSONL(w http.ResponseWriter, r *http.Request, sess store.Session, first []store.Message, next func() ([]store.Message, error), lineOf func(store.Message) (exportLine, bool)) {
 	w.Header().Set("Content-Type", "application/x-ndjson; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="citegate-`+safeFileName(sess.ID)+`.jsonl"`)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -88,17 +134,27 @@ func (s *Server) streamJSONL(w http.ResponseWriter, r *http.Request, sess store.
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	rc := http.NewResponseController(w)
-	for i, m := range msgs {
-		line, ok := lineOf(m)
-		if !ok {
-			continue
+	written := 0
+	for page := first; len(page) > 0; {
+		for _, m := range page {
+			line, ok := lineOf(m)
+			if !ok {
+				continue
+			}
+			if err := enc.Encode(line); err != nil {
+				s.log.DebugContext(r.Context(), "export aborted", "session", sess.ID, "err", err)
+				return
+			}
+			written++
+			if written%64 == 0 {
+				_ = rc.Flush() // not every writer flushes; the data still arrives at the end
+			}
 		}
-		if err := enc.Encode(line); err != nil {
-			s.log.DebugContext(r.Context(), "export aborted", "session", sess.ID, "err", err)
+		var err error
+		if page, err = next(); err != nil {
+			s.storeErr("list_messages_after", err)
+			s.log.ErrorContext(r.Context(), "export cut short by a store error", "session", sess.ID, "err", err)
 			return
-		}
-		if i%64 == 63 {
-			_ = rc.Flush() // not every writer flushes; the data still arrives at the end
 		}
 	}
 }

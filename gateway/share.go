@@ -79,5 +79,5 @@ func (s *Server) handleShareExport(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.streamJSONL(w, r, sess, msgs, publicLine)
+	s.streamJSONL(w, r, sess, msgs, noMorePages, publicLine)
 }

@@ -37,6 +37,7 @@ type Backend interface {
 	GetMessage(ctx context.Context, id uint64) (Message, error)
 	ListMessages(ctx context.Context, sessionID string) ([]Message, error)
 	ListMessagesBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]Message, error)
+	ListMessagesAfter(ctx context.Context, sessionID string, afterID uint64, limit int) ([]Message, error)
 	ListDialogBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]Message, error)
 	ListRunMessages(ctx context.Context, runID string) ([]Message, error)
 	LastMessageID(ctx context.Context, sessionID string) (uint64, error)

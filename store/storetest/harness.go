@@ -50,6 +50,7 @@ var tests = []struct {
 	{"ConcludeRunWithoutFinalAndRecovery", testConcludeRunWithoutFinalAndRecovery},
 	{"ConcludeRunRejectsBadInput", testConcludeRunRejectsBadInput},
 	{"ListMessagesBeforePages", testListMessagesBeforePages},
+	{"ListMessagesAfterPages", testListMessagesAfterPages},
 	{"AcceptInboundQueuesTheTurnInOneStep", testAcceptInboundQueuesTheTurnInOneStep},
 	{"AcceptInboundCommands", testAcceptInboundCommands},
 	{"AcceptInboundAllOrNothing", testAcceptInboundAllOrNothing},

@@ -1,0 +1,38 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// ListMessagesAfter returns up to limit of a session's messages with ids above afterID (0: from the
+// first), in ascending id order (see Store.ListMessagesAfter).
+func (p *PG) ListMessagesAfter(ctx context.Context, sessionID string, afterID uint64, limit int) ([]Message, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("store: list messages after: %w: limit must be positive", ErrInvalid)
+	}
+	out := []Message{}
+	if afterID > 1<<63-1 {
+		// No id is that large (ids are BIGINT); only the session's existence is left to report.
+		err := p.q(ctx, "list messages after", func(q pgq) error { return sessionExists(ctx, q, sessionID) })
+		return out, err
+	}
+	err := p.q(ctx, "list messages after", func(q pgq) error {
+		rows, err := q.Query(ctx, `SELECT `+pgMessageCols+` FROM messages WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
+			sessionID, i64(afterID), limit)
+		if err != nil {
+			return err
+		}
+		if out, err = collect(rows, out, scanMessage); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return sessionExists(ctx, q, sessionID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
