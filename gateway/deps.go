@@ -29,6 +29,7 @@ type Store interface {
 	// Messages and runs.
 	GetMessage(ctx context.Context, id uint64) (store.Message, error)
 	ListMessages(ctx context.Context, sessionID string) ([]store.Message, error)
+	ListMessagesAfter(ctx context.Context, sessionID string, afterID uint64, limit int) ([]store.Message, error)
 	ListRunMessages(ctx context.Context, runID string) ([]store.Message, error)
 	LastMessageID(ctx context.Context, sessionID string) (uint64, error)
 	MergeMetadata(ctx context.Context, id uint64, patch map[string]json.RawMessage) error

@@ -17,7 +17,7 @@ import (
 // pagedOnlyStore refuses to read a whole session, so a handler that still does fails; failAfter > 0
 // makes the failAfter-th ListMessagesAfter call fail.
 type pagedOnlyStore struct {
-	store.Backend
+	Store
 	pages     atomic.Int32
 	failAfter int32
 }
@@ -30,14 +30,14 @@ func (p *pagedOnlyStore) ListMessagesAfter(ctx context.Context, sessionID string
 	if n := p.pages.Add(1); p.failAfter > 0 && n >= p.failAfter {
 		return nil, errors.New("disk on fire")
 	}
-	return p.Backend.ListMessagesAfter(ctx, sessionID, afterID, limit)
+	return p.Store.ListMessagesAfter(ctx, sessionID, afterID, limit)
 }
 
 // TestExportReadsPages: the owner's export of a session longer than two pages reads it a page at
 // a time (never the whole session) and writes every message once, in order.
 func TestExportReadsPages(t *testing.T) {
 	ps := &pagedOnlyStore{}
-	e := newEnv(t, func(c *Config, _ *agentCfg) { ps.Backend = c.Store; c.Store = ps })
+	e := newEnv(t, func(c *Config, _ *agentCfg) { ps.Store = c.Store; c.Store = ps })
 	u, tok := e.user("alice")
 	s := e.session(u, "long")
 	other := e.session(u, "neighbour")
@@ -66,7 +66,7 @@ func TestExportReadsPages(t *testing.T) {
 // fails later cuts the download short after the pages already sent (the status was sent with them).
 func TestExportStoreFailure(t *testing.T) {
 	ps := &pagedOnlyStore{failAfter: 1}
-	e := newEnv(t, func(c *Config, _ *agentCfg) { ps.Backend = c.Store; c.Store = ps })
+	e := newEnv(t, func(c *Config, _ *agentCfg) { ps.Store = c.Store; c.Store = ps })
 	u, tok := e.user("alice")
 	s := e.session(u, "long")
 	for i := range exportPage + 5 {
