@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/store"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkTurnDepth(b *testing.B) {
 func benchTurns(b *testing.B, depth int) {
 	st := openStoreTB(b)
 	search, _ := searchTool(hitInvoice, hitTypes, hitLeave)
-	a, err := New(Config{Store: st, Model: NewExtractive(), Tools: []Tool{search}, Logger: discardLogger()})
+	a, err := New(Config{Store: st, Model: extractive.New(), Tools: []Tool{search}, Logger: discardLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/agent/tools"
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
@@ -31,7 +32,7 @@ func offlineStack(t *testing.T, publicURL string) (*tools.Corpus, *store.Store, 
 	t.Cleanup(func() { _ = st.Close() })
 	a, err := agent.New(agent.Config{
 		Store:  st,
-		Model:  agent.NewExtractive(),
+		Model:  extractive.New(),
 		Tools:  []agent.Tool{tools.NewWebSearch(corpus, nil)},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

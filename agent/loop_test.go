@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
 )
@@ -529,7 +530,7 @@ func TestFIFOPerSession(t *testing.T) {
 func TestSubmitValidation(t *testing.T) {
 	st := openStore(t)
 	sid := newSession(t, st)
-	a := newAgent(t, Config{Store: st, Model: NewExtractive()})
+	a := newAgent(t, Config{Store: st, Model: extractive.New()})
 	tests := []struct {
 		name string
 		turn Turn
@@ -570,7 +571,7 @@ func TestSubmitValidation(t *testing.T) {
 
 func TestUnknownSessionFails(t *testing.T) {
 	st := openStore(t)
-	a := newAgent(t, Config{Store: st, Model: NewExtractive()})
+	a := newAgent(t, Config{Store: st, Model: extractive.New()})
 	rec := &recorder{}
 	out := run(t, a, "no-such-session", "hi", rec.sink)
 	assert.Equal(t, store.PhaseFailed, out.Phase)
@@ -585,12 +586,12 @@ func TestNewValidation(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"no store", Config{Model: NewExtractive()}},
+		{"no store", Config{Model: extractive.New()}},
 		{"no model", Config{Store: st}},
-		{"bad lang", Config{Store: st, Model: NewExtractive(), Lang: "fr"}},
-		{"duplicate tool", Config{Store: st, Model: NewExtractive(), Tools: []Tool{search, search}}},
-		{"nil hook", Config{Store: st, Model: NewExtractive(), Hooks: []Hook{nil}}},
-		{"bad schema", Config{Store: st, Model: NewExtractive(), Tools: []Tool{badSchemaTool{}}}},
+		{"bad lang", Config{Store: st, Model: extractive.New(), Lang: "fr"}},
+		{"duplicate tool", Config{Store: st, Model: extractive.New(), Tools: []Tool{search, search}}},
+		{"nil hook", Config{Store: st, Model: extractive.New(), Hooks: []Hook{nil}}},
+		{"bad schema", Config{Store: st, Model: extractive.New(), Tools: []Tool{badSchemaTool{}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/agent/tools"
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
@@ -45,7 +46,7 @@ func newBenchServer(b *testing.B, model func(agent.Model) agent.Model) *benchSer
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := agent.NewExtractive()
+	m := extractive.New()
 	if model != nil {
 		m = model(m)
 	}

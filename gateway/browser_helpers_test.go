@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/agent/tools"
 	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/store"
@@ -74,7 +75,7 @@ type browserStack struct {
 func newBrowserStack(t *testing.T, model agent.Model) *browserStack {
 	t.Helper()
 	if model == nil {
-		model = agent.NewExtractive()
+		model = extractive.New()
 	}
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "citegate.db"), store.Options{})

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/agent/tools"
 )
 
@@ -22,7 +23,7 @@ func extractiveEnv(t *testing.T) *testEnv {
 		corpus, err := tools.LoadCorpus("", c.PublicURL)
 		require.NoError(t, err)
 		c.KB = corpus.Handler()
-		a.Model = agent.NewExtractive()
+		a.Model = extractive.New()
 		a.Tools = []agent.Tool{tools.NewWebSearch(corpus, nil)}
 	})
 }

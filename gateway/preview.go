@@ -15,6 +15,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/internal/textseg"
 	"github.com/citegate/citegate/store"
 )
 
@@ -267,23 +268,15 @@ func snippetPieces(s string) []string {
 	return out
 }
 
-// sentences splits a page's text into its lines and, within lines, after Chinese and Western
-// sentence ends; pieces with nothing comparable are dropped.
+// sentences splits a page's text into its lines and, within lines, into sentences (textseg, the one
+// sentence splitter); pieces with nothing comparable are dropped.
 func sentences(s string) []string {
 	var out []string
 	for _, line := range strings.Split(s, "\n") {
-		start := 0
-		rs := []rune(line)
-		for i, r := range rs {
-			if strings.ContainsRune("。！？；!?;", r) || (r == '.' && (i+1 == len(rs) || rs[i+1] == ' ')) {
-				if p := string(rs[start : i+1]); normalize(p) != "" {
-					out = append(out, strings.TrimSpace(p))
-				}
-				start = i + 1
+		for _, p := range textseg.Sentences(line) {
+			if normalize(p) != "" {
+				out = append(out, strings.TrimSpace(p))
 			}
-		}
-		if p := string(rs[start:]); normalize(p) != "" {
-			out = append(out, strings.TrimSpace(p))
 		}
 	}
 	return out

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/agent/tools"
 	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/store"
@@ -44,7 +45,7 @@ func startServer(t *testing.T, chatRate int) *server {
 	require.NoError(t, err)
 	fetcher, err := tools.NewFetcher(tools.FetchOptions{Logger: log}, corpus)
 	require.NoError(t, err)
-	ag, err := agent.New(agent.Config{Store: st, Model: agent.NewExtractive(), Logger: log,
+	ag, err := agent.New(agent.Config{Store: st, Model: extractive.New(), Logger: log,
 		Tools: []agent.Tool{tools.NewWebSearch(corpus, log), tools.NewOpenWebPage(fetcher)}})
 	require.NoError(t, err)
 	srv, err := gateway.New(gateway.Config{Store: st, Agent: ag, Addr: ts.Listener.Addr().String(), PublicURL: base,

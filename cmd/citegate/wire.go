@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/agent/openaimodel"
 	"github.com/citegate/citegate/agent/tools"
 	"github.com/citegate/citegate/channels"
@@ -53,7 +54,7 @@ func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
 			return nil, fmt.Errorf("model: %w", err)
 		}
 	} else {
-		model = agent.NewExtractive()
+		model = extractive.New()
 	}
 	ag, err := agent.New(agent.Config{
 		Store:     st,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/agent/extractive"
 	"github.com/citegate/citegate/agent/tools"
 	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/store"
@@ -21,7 +22,7 @@ import (
 
 // StackOptions configures NewStack.
 type StackOptions struct {
-	Model         agent.Model // nil → agent.NewExtractive()
+	Model         agent.Model // nil → extractive.New()
 	SourcesFooter bool
 	PublicURL     string // default "http://127.0.0.1:8080"
 	// NoShareURL starts the dispatcher as serve does when --public-url is not set: /share then
@@ -69,7 +70,7 @@ func (s *Stack) start(t testing.TB) {
 	}
 	model := s.opt.Model
 	if model == nil {
-		model = agent.NewExtractive()
+		model = extractive.New()
 	}
 	ag, err := agent.New(agent.Config{
 		Store:  st,

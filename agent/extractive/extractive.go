@@ -1,4 +1,6 @@
-package agent
+// Package extractive is citegate's offline model: it answers without an LLM by searching with the
+// question and citing the sentences of the results that answer it best.
+package extractive
 
 import (
 	"cmp"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/citegate/citegate/agent/llm"
 	"github.com/citegate/citegate/internal/textseg"
 	"github.com/citegate/citegate/store"
 )
@@ -22,10 +25,10 @@ import (
 // verification) deterministically.
 type extractiveModel struct{}
 
-// NewExtractive returns the offline extractive model.
-func NewExtractive() Model { return extractiveModel{} }
+// New returns the offline extractive model.
+func New() llm.Model { return extractiveModel{} }
 
-// Name implements Model.
+// Name implements llm.Model.
 func (extractiveModel) Name() string { return "extractive (no LLM)" }
 
 const (
@@ -48,7 +51,7 @@ const (
 
 // Generate implements Model. The first round searches once per part of the question (see
 // parseQuestion); the second answers each part from its own search results.
-func (extractiveModel) Generate(ctx context.Context, req ModelRequest, onDelta func(string)) (ModelResponse, error) {
+func (extractiveModel) Generate(ctx context.Context, req llm.Request, onDelta func(string)) (llm.Response, error) {
 	lastUser := -1
 	for i, m := range req.Messages {
 		if m.Role == "user" {
@@ -56,19 +59,19 @@ func (extractiveModel) Generate(ctx context.Context, req ModelRequest, onDelta f
 		}
 	}
 	if lastUser < 0 {
-		return ModelResponse{}, fmt.Errorf("extractive: no user message")
+		return llm.Response{}, fmt.Errorf("extractive: no user message")
 	}
 	question := strings.TrimSpace(req.Messages[lastUser].Content)
 	q := parseQuestion(question)
 
-	var toolMsgs []ChatMessage
+	var toolMsgs []llm.Message
 	for _, m := range req.Messages[lastUser+1:] {
 		if m.Role == "tool" && (m.Name == "" || m.Name == "web_search") {
 			toolMsgs = append(toolMsgs, m)
 		}
 	}
 	if len(toolMsgs) == 0 {
-		if !slices.ContainsFunc(req.Tools, func(t ToolSpec) bool { return t.Name == "web_search" }) {
+		if !slices.ContainsFunc(req.Tools, func(t llm.ToolSpec) bool { return t.Name == "web_search" }) {
 			return streamText(ctx, pick(q.zh, "当前没有可用的检索工具，无法根据资料回答这个问题。", "No search tool is available, so I cannot answer from sources."), onDelta)
 		}
 		calls := make([]store.ToolCall, 0, len(q.parts))
@@ -79,11 +82,11 @@ func (extractiveModel) Generate(ctx context.Context, req ModelRequest, onDelta f
 			}
 			args, err := json.Marshal(map[string]string{"query": query})
 			if err != nil {
-				return ModelResponse{}, fmt.Errorf("extractive: %w", err)
+				return llm.Response{}, fmt.Errorf("extractive: %w", err)
 			}
 			calls = append(calls, store.ToolCall{ID: "call_" + strconv.Itoa(i+1), Name: "web_search", Arguments: string(args)})
 		}
-		return ModelResponse{ToolCalls: calls}, nil
+		return llm.Response{ToolCalls: calls}, nil
 	}
 
 	// The loop answers the calls in the order they were made: the i-th result belongs to the i-th
@@ -114,12 +117,12 @@ func pick(zh bool, a, b string) string {
 }
 
 // streamText hands text to onDelta a few runes at a time.
-func streamText(ctx context.Context, text string, onDelta func(string)) (ModelResponse, error) {
+func streamText(ctx context.Context, text string, onDelta func(string)) (llm.Response, error) {
 	var sent strings.Builder
 	rest := text
 	for rest != "" {
 		if err := ctx.Err(); err != nil {
-			return ModelResponse{Text: sent.String()}, fmt.Errorf("extractive: %w", err)
+			return llm.Response{Text: sent.String()}, fmt.Errorf("extractive: %w", err)
 		}
 		n := 0
 		for i := 0; i < extractiveChunkRunes && n < len(rest); i++ {
@@ -131,7 +134,7 @@ func streamText(ctx context.Context, text string, onDelta func(string)) (ModelRe
 		sent.WriteString(chunk)
 		onDelta(chunk)
 	}
-	return ModelResponse{Text: text}, nil
+	return llm.Response{Text: text}, nil
 }
 
 // passage is one search result's content with the ref the loop gave it.
