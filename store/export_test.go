@@ -52,3 +52,6 @@ func BoltStored(tb testing.TB, s Backend, kind, key string) bool {
 	}
 	return found
 }
+
+// PGListBeforeSQL exposes the page query for the plan test.
+func PGListBeforeSQL(dialog bool) string { return pgListBeforeSQL(dialog) }

@@ -78,8 +78,8 @@ func (p *PG) SearchSessions(ctx context.Context, userID, query string, opt Searc
 				// One row past the budget tells a spent budget with more to read (Truncated) from a
 				// session that simply ended.
 				lim := min(searchPage, budget+1)
-				rows, err := q.Query(ctx, `SELECT `+pgMessageCols+` FROM messages WHERE session_id = $1 AND id < $2
-					ORDER BY id DESC LIMIT $3`, sess.ID, before, lim)
+				rows, err := q.Query(ctx, `SELECT `+pgMessageCols+` FROM messages WHERE `+pgSessionWindow+`
+					ORDER BY session_id DESC, id DESC LIMIT $3`, sess.ID, before, lim)
 				if err != nil {
 					return err
 				}

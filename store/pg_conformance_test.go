@@ -73,3 +73,10 @@ func pgHarness() storetest.Harness {
 }
 
 func TestConformancePostgres(t *testing.T) { storetest.Run(t, pgHarness()) }
+
+// BenchmarkBackends runs the same hot-path benchmarks on bbolt and on PostgreSQL in one run (the
+// PostgreSQL half skips without CITEGATE_TEST_POSTGRES). See docs/benchmarks.md.
+func BenchmarkBackends(b *testing.B) {
+	b.Run("bolt", func(b *testing.B) { storetest.Bench(b, boltHarness()) })
+	b.Run("postgres", func(b *testing.B) { storetest.Bench(b, pgHarness()) })
+}

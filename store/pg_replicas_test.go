@@ -110,3 +110,37 @@ func TestPGMarkSeenAcrossProcesses(t *testing.T) {
 		assert.Equal(t, 1, winners, "key %d", key)
 	}
 }
+
+// The history window of an old session must read that session's index, not walk the whole table:
+// with a cached generic plan, "session_id = $1 AND id < $2 ORDER BY id DESC LIMIT n" is planned
+// as a backward walk of the primary key filtered by session, which reads every newer message of
+// every other session first.
+func TestPGWindowPlanReadsTheSessionIndex(t *testing.T) {
+	u := newPGSchema(t)
+	ctx := context.Background()
+	st, err := store.OpenPG(ctx, u, store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	pool := st.Pool()
+	_, err = pool.Exec(ctx, `INSERT INTO messages (session_id, role, kind, content, created_at)
+		SELECT CASE WHEN g <= 200 THEN 'old' ELSE 'busy' || (g % 3) END, 'USER', (ARRAY['u','c','t','a'])[g % 4 + 1],
+			repeat('x', 200), now() FROM generate_series(1, 30000) g`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE messages`)
+	require.NoError(t, err)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, dialog := range []bool{false, true} {
+		_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, `PREPARE w(text, bigint, int) AS `+store.PGListBeforeSQL(dialog))
+		require.NoError(t, err)
+		var plan string
+		require.NoError(t, conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE w('old', 9223372036854775807, 20)`).Scan(&plan))
+		assert.NotContains(t, plan, "messages_pkey", "dialog=%v: %s", dialog, plan)
+		assert.Contains(t, plan, "messages_", "dialog=%v: an index scan", dialog)
+		_, err = conn.Exec(ctx, `DEALLOCATE w`)
+		require.NoError(t, err)
+	}
+}

@@ -332,14 +332,13 @@ func testMergeMetadataConcurrentLosesNoKey(t *testing.T, h Harness) {
 	h.check(t, s)
 }
 
-func benchmarkAppendMessage(b *testing.B, h Harness) {
-	s, _ := h.openTest(b)
+// appendParallel appends from 8 goroutines over 8 sessions (see Bench).
+func appendParallel(b *testing.B, s store.Backend, content string) {
 	ctx := context.Background()
 	var sess []store.Session
 	for i := range 8 {
-		sess = append(sess, newSession(b, s, fmt.Sprintf("u%d", i)))
+		sess = append(sess, newSession(b, s, fmt.Sprintf("bench-parallel-%d", i)))
 	}
-	content := "A typical answer paragraph with a citation marker [^1^] and some more words to fill it."
 	var next sync.Mutex
 	n := 0
 	b.ReportAllocs()
