@@ -101,7 +101,8 @@ func (s *Server) ownedSession(r *http.Request, u store.User, id string) (store.S
 }
 
 func (s *Server) handleMe(w http.ResponseWriter, r *http.Request, u store.User) error {
-	writeJSON(w, http.StatusOK, map[string]string{"id": u.ID, "name": u.Name, "model": s.ag.ModelName()})
+	// operator tells the desktop view whether to offer the operator console.
+	writeJSON(w, http.StatusOK, map[string]any{"id": u.ID, "name": u.Name, "model": s.ag.ModelName(), "operator": u.Operator})
 	return nil
 }
 

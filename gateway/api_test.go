@@ -47,7 +47,7 @@ func TestAPIMeAndSessions(t *testing.T) {
 
 	status, _, body := e.do("GET", "/api/me", tok, nil)
 	require.Equal(t, http.StatusOK, status)
-	assert.JSONEq(t, `{"id":"`+u.ID+`","name":"alice","model":"scripted"}`, body)
+	assert.JSONEq(t, `{"id":"`+u.ID+`","name":"alice","model":"scripted","operator":false}`, body)
 
 	status, hdr, body := e.do("GET", "/api/sessions", tok, nil)
 	require.Equal(t, http.StatusOK, status)

@@ -152,6 +152,11 @@ func TestOperatorRoutesAreNotFoundForEveryoneElse(t *testing.T) {
 	assert.Contains(t, index, `id="new-chat"`)
 	assert.NotContains(t, index, `href="/operator"`)
 
+	_, _, me := f.req("GET", "/api/me", bearer(f.olgaTok))
+	assert.Contains(t, me, `"operator":true`)
+	_, _, me = f.req("GET", "/api/me", bearer(f.aliceTok))
+	assert.Contains(t, me, `"operator":false`)
+
 	// Taking the role away closes the console at the next request.
 	status, _, _ = f.req("GET", "/operator", bearer(f.olgaTok))
 	require.Equal(t, http.StatusOK, status)
