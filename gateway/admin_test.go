@@ -199,3 +199,49 @@ func TestAdminBackup(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "kept", got.Title)
 }
+
+// TestAdminSocketOperatorRole changes the role through the admin socket: the answer says whether
+// anything changed, the change is audited as the command line that asked (a malformed actor is
+// recorded as the socket), and errors map to the store's.
+func TestAdminSocketOperatorRole(t *testing.T) {
+	e := newEnv(t)
+	dir := e.srv.cfg.DataDir
+	ctx := context.Background()
+	cancel, done := startAdmin(t, e)
+	defer func() { cancel(); <-done }()
+
+	u, err := AdminAddUserRole(ctx, dir, "olga", true, "cli:root")
+	require.NoError(t, err)
+	assert.True(t, u.Operator)
+	assert.NotEmpty(t, u.Token)
+	_, err = AdminAddUserRole(ctx, dir, "alice", false, "cli:root")
+	require.NoError(t, err)
+
+	r, err := AdminSetOperator(ctx, dir, "alice", true, "cli:ops\nforged")
+	require.NoError(t, err)
+	assert.True(t, r.Changed)
+	assert.True(t, r.Operator)
+	assert.Equal(t, e.srv.cfg.PublicURL+"/operator", r.ConsoleURL)
+	r, err = AdminSetOperator(ctx, dir, "alice", true, "cli:root")
+	require.NoError(t, err)
+	assert.False(t, r.Changed)
+	_, err = AdminSetOperator(ctx, dir, "nobody", true, "cli:root")
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	_, err = AdminSetOperator(ctx, dir, " ", true, "cli:root")
+	assert.ErrorIs(t, err, store.ErrInvalid)
+
+	users, err := AdminListUsers(ctx, dir)
+	require.NoError(t, err)
+	roles := map[string]bool{}
+	for _, u := range users {
+		roles[u.Name] = u.Operator
+	}
+	assert.Equal(t, map[string]bool{"olga": true, "alice": true}, roles)
+
+	log, err := e.st.AuditSince(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, log, 2)
+	assert.Equal(t, []string{"olga", "alice"}, []string{log[0].Target, log[1].Target})
+	assert.Equal(t, "cli:root", log[0].Actor)
+	assert.Equal(t, "cli:admin-socket", log[1].Actor, "a malformed actor is recorded as the socket, not as given")
+}
