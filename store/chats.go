@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
@@ -221,6 +223,103 @@ func MatchTerms(text string, terms []string) bool {
 	return true
 }
 
+// searchPrefilter turns mayMatch on; the benchmark turns it off for its baseline.
+var searchPrefilter = true
+
+// mayMatch reports whether every term may occur in a stored message record, reading its raw
+// JSON without decoding it. It never says no when MatchTerms could say yes for the decoded
+// content, so a false answer lets a search skip the record: a term it cannot judge from the raw
+// bytes (one with a rune that has case outside ASCII, or one JSON escapes) counts as present.
+// Stored records are written by encodeJSON, which escapes only the quote, the backslash, control
+// characters and U+2028/U+2029, so every other rune of the content appears in the record as its
+// UTF-8 bytes.
+func mayMatch(raw []byte, terms []string) bool {
+	for _, t := range terms {
+		if !rawJudgeable(t) {
+			continue
+		}
+		if hasASCIILetter(t) && (bytes.Contains(raw, []byte("\u0130")) || bytes.Contains(raw, []byte("\u212a"))) {
+			continue // İ and the Kelvin sign lower-case into ASCII letters
+		}
+		if !containsFoldASCII(raw, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// rawJudgeable reports whether a (lower-case) term can be looked for in raw record bytes: every
+// rune is ASCII other than the quote, the backslash and control characters, or a non-ASCII rune
+// without case that JSON does not escape.
+func rawJudgeable(t string) bool {
+	for _, r := range t {
+		switch {
+		case r == '"' || r == '\\' || r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029:
+			return false
+		case r == utf8.RuneError:
+			return false // invalid UTF-8 in content is stored as the escape \ufffd
+		case r >= 0x80 && unicode.SimpleFold(r) != r:
+			return false
+		}
+	}
+	return true
+}
+
+func hasASCIILetter(t string) bool {
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c >= 'a' && c <= 'z' {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFoldASCII reports whether raw contains t with ASCII letters compared without case (t is
+// lower case) and every other byte exactly.
+func containsFoldASCII(raw []byte, t string) bool {
+	if len(t) == 0 {
+		return true
+	}
+	first := t[0]
+	upper := first
+	if first >= 'a' && first <= 'z' {
+		upper = first - 'a' + 'A'
+	}
+	for i := 0; i+len(t) <= len(raw); i++ {
+		if c := raw[i]; c != first && c != upper {
+			// Jump to the next byte that can start the term.
+			j := bytes.IndexByte(raw[i+1:], first)
+			if upper != first {
+				if k := bytes.IndexByte(raw[i+1:], upper); k >= 0 && (j < 0 || k < j) {
+					j = k
+				}
+			}
+			if j < 0 {
+				return false
+			}
+			i += j // the loop's i++ lands on the candidate
+			continue
+		}
+		if equalFoldASCII(raw[i:i+len(t)], t) {
+			return true
+		}
+	}
+	return false
+}
+
+func equalFoldASCII(b []byte, t string) bool {
+	for i := 0; i < len(t); i++ {
+		c := b[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != t[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // checkQuery validates a search query and returns its terms.
 func checkQuery(query string) ([]string, error) {
 	if len(query) > MaxSearchQueryBytes {
@@ -261,7 +360,7 @@ func (s *Store) SearchSessions(ctx context.Context, userID, query string, opt Se
 			return err
 		}
 		sortSessions(list)
-		msgs := tx.Bucket(bucketMessages)
+		mc := tx.Bucket(bucketMessages).Cursor()
 		c := tx.Bucket(bucketSessionMessages).Cursor()
 		budget := opt.MaxScan
 		for i, sess := range list {
@@ -291,9 +390,19 @@ func (s *Store) SearchSessions(ctx context.Context, userID, query string, opt Se
 				if len(v) == 1 && v[0] != kindUser && v[0] != kindAnswer {
 					continue
 				}
+				// One cursor over the messages serves every look-up: a Get per entry would allocate
+				// a cursor of its own each time.
+				id := k[len(p):]
+				mk, raw := mc.Seek(id)
+				if !bytes.Equal(mk, id) {
+					return fmt.Errorf("message %x listed in session %q: %w", id, sess.ID, ErrNotFound)
+				}
+				if searchPrefilter && !mayMatch(raw, terms) {
+					continue // no term is anywhere in the record: nothing to decode
+				}
 				var m Message
-				if err := getJSON(msgs, k[len(p):], "message", &m); err != nil {
-					return err
+				if err := json.Unmarshal(raw, &m); err != nil {
+					return fmt.Errorf("decode message %x: %w", id, err)
 				}
 				if k := kindOf(m); k != kindUser && k != kindAnswer {
 					continue

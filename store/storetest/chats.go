@@ -198,3 +198,44 @@ func testSearchSessions(t *testing.T, h Harness) {
 		require.ErrorIs(t, err, store.ErrInvalid, "query %q", q)
 	}
 }
+
+// testSearchEscapesAndCase covers text whose stored form or case folding differs from what was
+// typed (a backend may pre-filter stored records without decoding them): JSON-escaped characters,
+// runes that lower-case into ASCII letters, and non-ASCII letters with case.
+func testSearchEscapesAndCase(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s, _ := h.openTest(t)
+	sess := newSession(t, s, "alice")
+	contents := []string{
+		"温度 300 \u212a 以上",     // the Kelvin sign lower-cases to k
+		"\u0130STANBUL 办事处",    // İ lower-cases to i
+		`引号 "quoted" 与反斜杠 a\b`, // escaped in JSON
+		"分隔\u2028符",            // escaped in JSON
+		"ÀÉÎ 重音",               // letters with case outside ASCII
+		"制表\t符",                // a control character
+	}
+	ids := make([]uint64, len(contents))
+	for i, c := range contents {
+		m, err := s.AppendMessage(ctx, store.Message{SessionID: sess.ID, Role: store.RoleUser, Content: c})
+		require.NoError(t, err)
+		ids[i] = m.ID
+	}
+	for _, tc := range []struct {
+		query string
+		want  uint64
+	}{
+		{"300 k", ids[0]},
+		{"istanbul", ids[1]},
+		{`"quoted"`, ids[2]},
+		{`a\b`, ids[2]},
+		{"隔\u2028符", ids[3]},
+		{"àéî", ids[4]},
+		{"表\t符", ids[5]},
+	} {
+		res, err := s.SearchSessions(ctx, "alice", tc.query, store.SearchOptions{})
+		require.NoError(t, err, tc.query)
+		require.Len(t, res.Hits, 1, "query %q", tc.query)
+		require.Len(t, res.Hits[0].Messages, 1, "query %q", tc.query)
+		assert.Equal(t, tc.want, res.Hits[0].Messages[0].ID, "query %q", tc.query)
+	}
+}

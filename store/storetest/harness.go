@@ -91,6 +91,7 @@ var tests = []struct {
 	{"UsersSurviveReopen", testUsersSurviveReopen},
 	{"DeleteChat", testDeleteChat},
 	{"SearchSessions", testSearchSessions},
+	{"SearchEscapesAndCase", testSearchEscapesAndCase},
 	{"ReopenKeepsEverything", testReopenKeepsEverything},
 	{"CrashLeftoverRunsBecomeFailed", testCrashLeftoverRunsBecomeFailed},
 	{"CancelledContextStartsNoTransaction", testCancelledContextStartsNoTransaction},
