@@ -213,6 +213,7 @@ func TestHooksIsolated(t *testing.T) {
 	)
 	var mu sync.Mutex
 	var seen []RunResult
+	stuck := make(chan struct{})
 	record := hookFunc{name: "record", fn: func(ctx context.Context, r RunResult) error {
 		mu.Lock()
 		seen = append(seen, r)
@@ -223,13 +224,14 @@ func TestHooksIsolated(t *testing.T) {
 		Hooks: []Hook{
 			hookFunc{name: "panics", fn: func(context.Context, RunResult) error { panic("hook bug") }},
 			hookFunc{name: "fails", fn: func(context.Context, RunResult) error { return errors.New("hook error") }},
-			hookFunc{name: "stuck", fn: func(context.Context, RunResult) error { time.Sleep(2 * time.Second); return nil }}, // ignores its context
+			hookFunc{name: "stuck", fn: func(context.Context, RunResult) error { <-stuck; return nil }}, // ignores its context
 			record,
 		}})
+	// The stuck hook is released only when the test ends, so a run that finishes at all did not
+	// wait for it: the bound is proven without timing anything.
+	t.Cleanup(func() { close(stuck) })
 	rec := &recorder{}
-	start := time.Now()
 	out := run(t, a, sid, "发票抬头错了怎么办", rec.sink)
-	assert.Less(t, time.Since(start), 5*time.Second)
 	require.Equal(t, store.PhaseCompleted, out.Phase, out.Error)
 	require.Len(t, out.Citations, 1)
 	checkEventOrder(t, rec.all())
@@ -344,8 +346,12 @@ func TestToolFailuresReachTheModel(t *testing.T) {
 	st := openStore(t)
 	sid := newSession(t, st)
 	search, searches := searchTool(hitInvoice)
+	// The slow tool ignores its context on purpose and is released only when the test ends, so a
+	// run that completes at all was not held up by it: the tool timeout bounds the round.
+	slowRelease := make(chan struct{})
+	t.Cleanup(func() { close(slowRelease) })
 	slow := funcTool{name: "slow", fn: func(ctx context.Context, args string) (string, error) {
-		time.Sleep(5 * time.Second) // ignores its context on purpose
+		<-slowRelease
 		return "{}", nil
 	}}
 	boom := funcTool{name: "boom", fn: func(ctx context.Context, args string) (string, error) { panic("tool bug") }}
@@ -365,9 +371,7 @@ func TestToolFailuresReachTheModel(t *testing.T) {
 	)
 	rec := &recorder{}
 	a := newAgent(t, Config{Store: st, Model: llm.model(t), Tools: []Tool{search, slow, boom, failing}, ToolTimeout: 100 * time.Millisecond})
-	start := time.Now()
 	out := run(t, a, sid, "发票", rec.sink)
-	assert.Less(t, time.Since(start), 3*time.Second, "tool timeout bounds the round")
 	require.Equal(t, store.PhaseCompleted, out.Phase, out.Error)
 	assert.Empty(t, out.Citations, "no source was retrieved")
 	assert.Zero(t, *searches, "invalid arguments never reach the tool")

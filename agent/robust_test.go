@@ -190,10 +190,10 @@ func TestCloseBoundedByContext(t *testing.T) {
 	<-started
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	start := time.Now()
+	// Close returns on its context while the model still holds the run (release is closed only
+	// afterwards), so this proves the bound without timing anything.
 	err = a.Close(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Less(t, time.Since(start), 2*time.Second)
 	close(release)
 	out := wait(t, h)
 	assert.Equal(t, store.PhaseCancelled, out.Phase, "the context was cancelled while the model ran")

@@ -90,7 +90,12 @@ type Server struct {
 	renders   *renderCache // answer HTML, rendered once per content and citations (render.go)
 	handler   http.Handler
 	unsub     func()
-	pongWait  time.Duration // websocket keepalive; a field so tests can shorten it
+	// Websocket keepalive: a client that answers nothing for pongWait is dropped; pings go out
+	// every pingPeriod (pongWait/2 when zero). Fields so that a test can drop a silent client
+	// quickly while pinging often enough that an answering client has nearly all of pongWait to
+	// answer, however busy the machine.
+	pongWait   time.Duration
+	pingPeriod time.Duration
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter // user id → chat.send limiter

@@ -185,10 +185,15 @@ func (c *client) sendError(code, msg, sessionID, clientMsgID string) {
 	c.send(&wsFrame{Type: "error", Code: code, Message: msg, SessionID: sessionID, ClientMsgID: clientMsgID})
 }
 
-// writePump is the connection's one data writer. It drains the queue in order, pings at half the
-// pong wait, and on close sends the close frame and closes the socket.
+// writePump is the connection's one data writer. It drains the queue in order, pings every
+// pingPeriod (half the pong wait by default), and on close sends the close frame and closes the
+// socket.
 func (c *client) writePump() {
-	ticker := time.NewTicker(c.s.pongWait / 2)
+	period := c.s.pingPeriod
+	if period <= 0 {
+		period = c.s.pongWait / 2
+	}
+	ticker := time.NewTicker(period)
 	defer func() {
 		ticker.Stop()
 		_ = c.conn.Close()

@@ -432,7 +432,10 @@ func TestWSOversizedFrame(t *testing.T) {
 // instead of sleeping a fixed time.
 func TestWSKeepalive(t *testing.T) {
 	e := newEnv(t)
-	e.srv.pongWait = 3 * time.Second
+	// The silent client is dropped after pongWait; the answering one is pinged every 20 ms, so it
+	// keeps its connection as long as one of its pongs arrives within 8 s — on any machine, however
+	// busy — and the verdict does not depend on how fast the client's goroutine runs.
+	e.srv.pongWait, e.srv.pingPeriod = 8*time.Second, 20*time.Millisecond
 	_, tok := e.user("alice")
 	alive := e.mustWS(tok) // its reader goroutine answers pings
 	h := http.Header{}

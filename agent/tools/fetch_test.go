@@ -279,7 +279,7 @@ func TestFetchTimeout(t *testing.T) {
 	start := time.Now()
 	out, err := NewOpenWebPage(f).Call(context.Background(), `{"url":"`+srv.URL+`"}`)
 	require.NoError(t, err)
-	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.Less(t, time.Since(start), 20*time.Second, "the timeout ended the call (the server never answers)")
 	m := decodeObject(t, out)
 	assert.ElementsMatch(t, []string{"error", "url"}, keys(m))
 	assert.Contains(t, m["error"], "timed out")

@@ -281,7 +281,7 @@ func TestProviderTimeoutFailureShape(t *testing.T) {
 		start := time.Now()
 		out, err := tool.Call(context.Background(), `{"query":"slow"}`)
 		require.NoError(t, err)
-		assert.Less(t, time.Since(start), 2*time.Second)
+		assert.Less(t, time.Since(start), 20*time.Second, "the timeout ended the call (the server never answers)")
 		m := decodeObject(t, out)
 		assert.Equal(t, []string{"error"}, keys(m))
 		assert.Contains(t, m["error"], "timed out")
