@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,12 +57,18 @@ func NewPGBus(cfg PGBusConfig) (*PGBus, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("gateway: bus: a PostgreSQL URL is required")
 	}
-	if cfg.Channel == "" {
-		cfg.Channel = DefaultBusChannel
-	}
 	connCfg, err := pgx.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: bus: %w", err)
+	}
+	if cfg.Channel == "" {
+		cfg.Channel = DefaultBusChannel
+		// Notification channels are database-wide while tables follow search_path: deployments in
+		// different schemas of one database get channels of their own.
+		if sp := connCfg.RuntimeParams["search_path"]; sp != "" {
+			sum := sha256.Sum256([]byte(sp))
+			cfg.Channel += "_" + hex.EncodeToString(sum[:6])
+		}
 	}
 	poolCfg, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,22 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/citegate/citegate/agent"
+	"github.com/citegate/citegate/internal/pgtest"
 	"github.com/citegate/citegate/store"
 )
-
-// testPostgres returns the PostgreSQL URL of CITEGATE_TEST_POSTGRES; without one the test is
-// skipped, except under CI=true where it must run.
-func testPostgres(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("CITEGATE_TEST_POSTGRES")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but CITEGATE_TEST_POSTGRES is not set: the PostgreSQL tests must run in CI (.ci/run sets it)")
-		}
-		t.Skip("PostgreSQL tests skipped: set CITEGATE_TEST_POSTGRES=postgres://… to run them")
-	}
-	return u
-}
 
 // collector is a BusHandler that records what arrives.
 type collector struct {
@@ -92,7 +78,7 @@ func waitReady(t *testing.T, b *PGBus) {
 // thousands of small deltas (coalesced), a tool call too large for one NOTIFY (fragments), the
 // final frames by reference — and a cancel request; a bus never hears itself.
 func TestPGBusCarriesEventsBetweenReplicas(t *testing.T) {
-	url := testPostgres(t)
+	url := pgtest.BaseURL(t)
 	channel := "citegate_test_" + strings.ToLower(NewReplicaID()[:8])
 	channel = strings.NewReplacer("-", "_").Replace(channel)
 	a, err := NewPGBus(PGBusConfig{URL: url, Replica: "a", Channel: channel})

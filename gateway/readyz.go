@@ -24,6 +24,14 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		body["store"] = "unreachable"
 		ready = false
 	}
+	// Several replicas: this one is ready once it hears the others' run events.
+	if rb, ok := s.bus.(interface{ Ready() bool }); ok {
+		body["bus"] = "listening"
+		if !rb.Ready() {
+			body["bus"] = "connecting"
+			ready = false
+		}
+	}
 	states := []channels.State{}
 	if s.cfg.ChannelStates != nil {
 		states = s.cfg.ChannelStates()

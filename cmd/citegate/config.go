@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/store"
 )
 
@@ -19,7 +21,10 @@ type Config struct {
 	Addr string `yaml:"addr"`
 	// Store is empty (bbolt in Data) or a postgres:// URL (PostgreSQL, shared by any number of
 	// serve processes).
-	Store     string `yaml:"store"`
+	Store string `yaml:"store"`
+	// RunLease is how far one renewal moves this replica's run leases (several replicas on
+	// PostgreSQL), a Go duration; empty → gateway.DefaultRunLease.
+	RunLease  string `yaml:"run_lease"`
 	PublicURL string `yaml:"public_url"`
 	// PublicURLSet: the public URL was configured rather than defaulted from addr (chat /share
 	// links are handed out only then).
@@ -145,6 +150,12 @@ func loadConfig(v *flagValues, getenv func(string) string) (Config, error) {
 	if c.Store != "" && !store.IsPostgresURL(c.Store) {
 		return c, fmt.Errorf("--store / CITEGATE_STORE: expected a postgres:// or postgresql:// URL, or nothing for bbolt in --data (got a value starting %q)", prefix(c.Store, 12))
 	}
+	c.RunLease = strings.TrimSpace(first(getenv("CITEGATE_RUN_LEASE"), c.RunLease))
+	if c.RunLease != "" {
+		if d, err := time.ParseDuration(c.RunLease); err != nil || d < time.Second || d > 10*time.Minute {
+			return c, fmt.Errorf("run_lease / CITEGATE_RUN_LEASE: %q is not a duration between 1s and 10m (e.g. 20s)", c.RunLease)
+		}
+	}
 	c.Addr = first(v.addr, getenv("CITEGATE_ADDR"), c.Addr, "127.0.0.1:8080")
 	c.PublicURLSet = first(v.publicURL, getenv("CITEGATE_PUBLIC_URL"), c.PublicURL) != ""
 	c.PublicURL = strings.TrimRight(first(v.publicURL, getenv("CITEGATE_PUBLIC_URL"), c.PublicURL, "http://"+c.Addr), "/")
@@ -249,6 +260,14 @@ func prefix(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// runLease is the run lease of a replica (run_lease, validated by loadConfig).
+func (c Config) runLease() time.Duration {
+	if d, err := time.ParseDuration(c.RunLease); err == nil && d > 0 {
+		return d
+	}
+	return gateway.DefaultRunLease
 }
 
 // usesPostgres reports whether the store is PostgreSQL rather than the bbolt file in Data.

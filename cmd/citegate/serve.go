@@ -58,8 +58,16 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if cfg.PublicURLSet {
 		sharePublicURL = cfg.PublicURL
 	}
+	// Several replicas on one PostgreSQL database (replicas.go): stopped after the deferred
+	// gateway.Shutdown below, before the store closes.
+	reps, err := newReplicaSet(cfg, st, reg, log)
+	if err != nil {
+		closeAgent(cr.Agent, log)
+		return err
+	}
+	defer reps.stop()
 	disp, err := gateway.NewDispatcher(gateway.DispatcherConfig{
-		Store: st, Agent: cr.Agent, PublicURL: sharePublicURL, SourcesFooter: cfg.Channels.SourcesFooter,
+		Store: st, Agent: reps.dispatchAgent(cr.Agent), PublicURL: sharePublicURL, SourcesFooter: cfg.Channels.SourcesFooter,
 		Registerer: reg, Logger: log,
 	})
 	if err != nil {
@@ -102,6 +110,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		},
 		Webhooks:          webhooks,
 		ChatRatePerMinute: cfg.ChatPerMinute,
+		Bus:               reps.gatewayBus(),
 		Registry:          reg,
 		Logger:            log,
 	})
@@ -138,6 +147,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		}
 	}()
 	go pruneSeen(ctx, st, log)
+	if err := reps.start(srv, disp, chans); err != nil {
+		return err
+	}
 
 	log.Info("citegate listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "model", cr.Agent.ModelName(),
 		"search", cfg.Search, "kb_documents", cr.Corpus.Len(), "channels", len(chans))

@@ -78,7 +78,7 @@ func openStore(c Config, log *slog.Logger, wait time.Duration) (store.Backend, e
 	)
 	if c.usesPostgres() {
 		// No file lock to wait for: any number of processes share the database.
-		st, err = store.OpenPG(context.Background(), c.Store, store.Options{Logger: log})
+		st, err = store.OpenPG(context.Background(), c.Store, store.Options{Logger: log, RunLease: c.runLease()})
 	} else {
 		st, err = store.Open(c.dbPath(), store.Options{Timeout: wait, Logger: log})
 	}
