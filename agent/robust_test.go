@@ -216,7 +216,7 @@ func TestQueueLimit(t *testing.T) {
 	h, err := a.Submit(context.Background(), Turn{SessionID: sid, Text: "q"})
 	require.NoError(t, err)
 	hs = append(hs, h)
-	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.round == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.round == 1 }, 30*time.Second, time.Millisecond)
 	for i := 0; i < MaxQueuedPerSession; i++ {
 		h, err := a.Submit(context.Background(), Turn{SessionID: sid, Text: "q"})
 		require.NoError(t, err)

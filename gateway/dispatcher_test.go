@@ -237,7 +237,7 @@ func TestDispatcherCommands(t *testing.T) {
 	assert.Contains(t, sends[0], "还没有内容")
 
 	h.HandleMessage(ctx, msg("c1", "第一个问题"))
-	require.Eventually(t, func() bool { r, _ := ch.snapshot(); return len(r) == 1 && len(r[0]) > 0 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { r, _ := ch.snapshot(); return len(r) == 1 && len(r[0]) > 0 }, 30*time.Second, 5*time.Millisecond)
 	h.HandleMessage(ctx, msg("c2", "/stop"))
 	st.Wait(t)
 	replies, sends := ch.snapshot()

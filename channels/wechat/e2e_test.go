@@ -260,7 +260,7 @@ func TestE2ECommands(t *testing.T) {
 	ctx := context.Background()
 	_, err := e.client.SendText(ctx, testOpenID, "讲个长故事", 5005, wechatfake.Delivery{})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(e.api.Typing()) > 0 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(e.api.Typing()) > 0 }, 30*time.Second, 5*time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
 	e.ask(t, "/stop", 5006, wechatfake.Delivery{})
 	texts = e.texts()

@@ -66,7 +66,7 @@ func TestServeWholeBinary(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 15*time.Second, 50*time.Millisecond, "server did not come up: %s", stderr.String())
-	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), base+"/login?code=") }, 5*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), base+"/login?code=") }, 30*time.Second, 20*time.Millisecond,
 		"a loopback server with no users prints a ready login link; stdout: %s", stdout.String())
 
 	// user add goes through the admin socket while serve holds the database.
