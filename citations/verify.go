@@ -14,6 +14,8 @@ type Citation struct {
 	Tool        string     `json:"tool,omitempty"`
 	RetrievedAt *time.Time `json:"retrievedAt,omitempty"`
 	Digest      string     `json:"digest,omitempty"`
+	// Lead is the first lines of the excerpt (see Lead), what a source card shows at once.
+	Lead string `json:"lead,omitempty"`
 }
 
 // Verification is the outcome of checking an answer against a registry.
@@ -45,7 +47,7 @@ func Verify(content string, reg *Registry) Verification {
 			seen = make(map[int]bool)
 		}
 		seen[n] = true
-		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: Digest(src.Excerpt)}
+		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: Digest(src.Excerpt), Lead: Lead(src.Excerpt)}
 		if !src.At.IsZero() {
 			at := src.At.UTC()
 			c.RetrievedAt = &at

@@ -2,6 +2,7 @@ package markdown
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,4 +74,100 @@ func loopCPU(b *testing.B, f func()) {
 		n++
 	}
 	b.ReportMetric(float64(cpuClock()-start)/float64(n), "cpu-ns/op")
+}
+
+// codeAnswer is an answer with n fenced Go blocks of about size bytes each, between paragraphs.
+func codeAnswer(n, size int) string {
+	line := "\tif err := run(ctx, cfg.Addr); err != nil { return fmt.Errorf(\"serve: %w\", err) } // [^1^]\n"
+	block := "```go\n" + strings.Repeat(line, max(1, size/len(line))) + "```\n\n"
+	var b strings.Builder
+	for range n {
+		b.WriteString("下面的代码启动服务[^1^]：\n\n" + block)
+	}
+	return b.String()
+}
+
+// BenchmarkRenderCode compares an answer with code rendered with highlighting (default) and
+// without (PlainCode, what Render did before highlighting), in the same run: a typical answer
+// (two 1 KiB blocks) and one at the budget (16 KiB of code in four blocks, all highlighted) and
+// over it (64 KiB: the rest is plain).
+func BenchmarkRenderCode(b *testing.B) {
+	cits := []citations.Citation{cite(1, "https://go.dev/doc", "Go")}
+	for _, c := range []struct {
+		name    string
+		n, size int
+	}{{"2x1KiB", 2, 1 << 10}, {"4x4KiB", 4, 4 << 10}, {"16x4KiB", 16, 4 << 10}} {
+		content := codeAnswer(c.n, c.size)
+		for _, plain := range []bool{false, true} {
+			name := c.name + "/highlighted"
+			if plain {
+				name = c.name + "/plain"
+			}
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(content)))
+				loopCPU(b, func() { _ = Render(content, cits, Options{Anchor: "m1", MessageID: 1, PlainCode: plain}) })
+			})
+		}
+	}
+}
+
+// adversarialCode are inputs meant to make a regular-expression lexer backtrack or emit one token
+// per byte; each is cut to maxHighlightBlock.
+var adversarialCode = map[string]string{
+	"quotes":   `"\'` + "`",
+	"comments": `/*/*//`,
+	"markup":   `<a<!--<![CDATA[`,
+	"brackets": `[{(`,
+	"newlines": "a\n",
+	"interp":   "#{${`",
+	"numbers":  "0x1e9.e-",
+	"heredoc":  "<<EOF\nx EOF\n",
+	"words":    "aaaa ",
+}
+
+// BenchmarkHighlightWorstCase highlights maxHighlightBlock bytes of each adversarial input with
+// each allowed lexer and reports the slowest combination's CPU time per block.
+func BenchmarkHighlightWorstCase(b *testing.B) {
+	names := make([]string, 0, len(highlightLanguages))
+	for lang := range highlightLanguages {
+		names = append(names, lang)
+	}
+	slices.Sort(names)
+	b.ReportAllocs()
+	var worst time.Duration
+	var worstName string
+	for b.Loop() {
+		for _, lang := range names {
+			for kind, unit := range adversarialCode {
+				code := strings.Repeat(unit, maxHighlightBlock/len(unit))
+				start := cpuClock()
+				_, _, _ = highlight(lexerAlias(lang), code, nil)
+				d := cpuClock() - start
+				if d > worst {
+					worst, worstName = d, lang+"/"+kind
+				}
+				if d > 50*time.Millisecond {
+					b.Logf("%s/%s: %v CPU", lang, kind, d)
+				}
+			}
+		}
+	}
+	b.ReportMetric(float64(worst), "worst-cpu-ns/block")
+	b.Logf("slowest: %s (%v CPU for %d bytes)", worstName, worst, maxHighlightBlock)
+}
+
+// lexerAlias maps a canonical lexer name to a name lexers.Get resolves.
+func lexerAlias(name string) string {
+	switch name {
+	case "Bash Session":
+		return "console"
+	case "Docker":
+		return "dockerfile"
+	case "Protocol Buffer":
+		return "protobuf"
+	case "Nginx configuration file":
+		return "nginx"
+	}
+	return strings.ToLower(name)
 }

@@ -4,6 +4,7 @@ import (
 	"html"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/citegate/citegate/citations"
 	"github.com/yuin/goldmark"
@@ -76,6 +77,22 @@ type renderState struct {
 	// Results: links hidden in the tree, citations a superscript points to.
 	hidden int
 	cited  []citations.Citation
+	// plainCode turns syntax highlighting off (Options.PlainCode); highlighted counts the code
+	// bytes highlighted so far, against maxHighlightTotal.
+	plainCode   bool
+	highlighted int
+	// hlDeadline is when highlighting must stop (set at the first highlighted block, see
+	// highlightTime); hlOver is set once it passed. clock is Options.Now.
+	hlDeadline time.Time
+	hlOver     bool
+	clock      func() time.Time
+}
+
+func (st *renderState) now() time.Time {
+	if st.clock != nil {
+		return st.clock()
+	}
+	return time.Now()
 }
 
 var stateKey = parser.NewContextKey()
@@ -86,6 +103,10 @@ type citationTransformer struct{}
 
 func (citationTransformer) Transform(doc *ast.Document, _ text.Reader, pc parser.Context) {
 	st, _ := pc.Get(stateKey).(*renderState)
+	if st != nil {
+		// The code renderer reads its budget from here (renderer funcs see the tree, not pc).
+		doc.AddMeta(stateMetaKey, st)
+	}
 	var nodes []*CitationNode
 	_ = ast.Walk(doc, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
 		if c, ok := n.(*CitationNode); ok && entering {
@@ -215,7 +236,10 @@ func (citationExtension) Extend(m goldmark.Markdown) {
 		parser.WithInlineParsers(util.Prioritized(citationParser{}, 150)),
 		parser.WithASTTransformers(util.Prioritized(citationTransformer{}, 100)),
 	)
-	m.Renderer().AddOptions(renderer.WithNodeRenderers(util.Prioritized(citationRenderer{}, 100)))
+	m.Renderer().AddOptions(renderer.WithNodeRenderers(
+		util.Prioritized(citationRenderer{}, 100),
+		util.Prioritized(codeRenderer{}, 100),
+	))
 }
 
 // linkTransformer applies the link rule to the tree goldmark parsed (so code is exactly what the

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/citegate/citegate/citations"
@@ -38,6 +39,15 @@ type Options struct {
 	// allowed; nil allows nothing else. A link whose URL is not allowed shows its text without the
 	// link, an image its alt text, an autolink or bare URL citations.HiddenLinkNotice.
 	AllowLink func(string) bool
+	// SiteName names the site of a citation's URL for the sources list and the source card; ""
+	// (or a nil func) means the URL's domain. The gateway names its own knowledge corpus pages
+	// (/kb/…) by their document's title, where the domain would only say "127.0.0.1".
+	SiteName func(url string) string
+	// PlainCode renders fenced code without syntax highlighting (escaped text in <pre><code>, the
+	// language class kept). Highlighting needs HighlightCSS on the page.
+	PlainCode bool
+	// Now is the clock the highlighting deadline is measured with; nil means time.Now.
+	Now func() time.Time
 }
 
 // Rendered is the outcome of RenderAnswer.
@@ -194,7 +204,7 @@ func renderBody(content string, cits []citations.Citation, opt Options) (out Ren
 		}
 	}()
 	valid := usable(cits)
-	st := &renderState{valid: valid, anchor: opt.anchor(), allow: allow}
+	st := &renderState{valid: valid, anchor: opt.anchor(), allow: allow, plainCode: opt.PlainCode, clock: opt.Now}
 	pc := parser.NewContext()
 	pc.Set(stateKey, st)
 	if needsPlain(content) {
@@ -238,9 +248,9 @@ func RenderSources(cits []citations.Citation, opt Options) string {
 	}
 	display := citations.DisplayNumbers(valid)
 	anchor := opt.anchor()
-	label, excerpt := "来源", "摘录"
+	label, excerpt, kb := "来源", "摘录", "知识库"
 	if opt.english() {
-		label, excerpt = "Sources", "Excerpt"
+		label, excerpt, kb = "Sources", "Excerpt", "Knowledge base"
 	}
 	var b strings.Builder
 	b.WriteString(`<details class="sources"`)
@@ -252,14 +262,36 @@ func RenderSources(cits []citations.Citation, opt Options) string {
 		k := strconv.Itoa(display[c.N])
 		n := strconv.Itoa(c.N)
 		domain, fallback := describeURL(c.URL)
+		title := displayTitle(c.Title, fallback)
+		site := domain
+		if opt.SiteName != nil {
+			if name := displayTitle(opt.SiteName(c.URL), ""); name != "" {
+				// A corpus page's title usually is its document's title; saying it twice tells
+				// less than saying where it comes from.
+				site = name
+				if name == title {
+					site = kb
+				}
+			}
+		}
 		b.WriteString(`<li id="` + anchor + `-src-` + k + `" class="source" data-n="` + n + `">`)
 		b.WriteString(`<span class="src-num">` + k + `</span> `)
 		b.WriteString(`<a href="` + html.EscapeString(c.URL) + `" target="_blank" rel="noopener noreferrer">`)
-		b.WriteString(html.EscapeString(displayTitle(c.Title, fallback)) + `</a>`)
-		if domain != "" {
-			b.WriteString(` <span class="src-domain">` + html.EscapeString(domain) + `</span>`)
+		b.WriteString(html.EscapeString(title) + `</a>`)
+		if site != "" {
+			b.WriteString(` <span class="src-domain">` + html.EscapeString(site) + `</span>`)
 		}
 		if opt.MessageID != 0 {
+			// What the source card shows besides title and site (the desktop builds it from
+			// these, without a request): when the source was retrieved and the first lines of
+			// the excerpt. Share pages leave them out; the card is the desktop's.
+			if c.RetrievedAt != nil && !c.RetrievedAt.IsZero() {
+				at := c.RetrievedAt.UTC()
+				b.WriteString(` <time class="src-time" datetime="` + at.Format(time.RFC3339) + `">` + at.Format("2006-01-02 15:04 UTC") + `</time>`)
+			}
+			if lead := citations.Lead(c.Lead); lead != "" {
+				b.WriteString(` <span class="src-lead">` + html.EscapeString(lead) + `</span>`)
+			}
 			b.WriteString(` <button type="button" class="src-preview" data-message="` +
 				strconv.FormatUint(opt.MessageID, 10) + `" data-n="` + n + `">` + excerpt + `</button>`)
 		}
@@ -267,6 +299,22 @@ func RenderSources(cits []citations.Citation, opt Options) string {
 	}
 	b.WriteString(`</ol></details>`)
 	return policy.Sanitize(b.String())
+}
+
+// RenderExcerpt renders a source's excerpt (the text a tool gave the model) as sanitised HTML for
+// the excerpt panel: markdown with its headings, lists and tables, code highlighted, markers
+// removed (an excerpt has no citations of its own), and links only to URLs the excerpt itself
+// holds (they were seen by the run; DESIGN §4). The render budgets of answers apply.
+func RenderExcerpt(text string) string {
+	links := citations.NewLinkSet()
+	links.AddText(text)
+	return renderBody(text, nil, Options{Anchor: "excerpt", AllowLink: links.Allows}).HTML
+}
+
+// Domain is the domain a sources list shows for an http(s) URL ("example.com", without "www.").
+func Domain(u string) string {
+	d, _ := describeURL(u)
+	return d
 }
 
 // RenderPlain renders a user message: escaped text in one paragraph, line breaks kept.
@@ -341,9 +389,19 @@ func newPolicy() *bluemonday.Policy {
 	p.AllowAttrs("class").Matching(regexp.MustCompile(`^sources$`)).OnElements("details")
 	p.AllowAttrs("class").Matching(regexp.MustCompile(`^cite-ref$`)).OnElements("sup")
 	p.AllowAttrs("class").Matching(regexp.MustCompile(`^source$`)).OnElements("li")
-	p.AllowAttrs("class").Matching(regexp.MustCompile(`^(src-num|src-domain)$`)).OnElements("span")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^(src-num|src-domain|src-lead)$`)).OnElements("span")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^src-time$`)).OnElements("time")
+	p.AllowAttrs("datetime").Matching(regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$`)).OnElements("time")
 	p.AllowAttrs("class").Matching(regexp.MustCompile(`^src-preview$`)).OnElements("button")
 	p.AllowAttrs("class").Matching(regexp.MustCompile(`^plain$`)).OnElements("p")
+	// An ordered list keeps its first number ("3. …" renders from 3); goldmark writes start only
+	// when it is not 1, and CommonMark allows at most 9 digits.
+	p.AllowAttrs("start").Matching(regexp.MustCompile(`^[0-9]{1,9}$`)).OnElements("ol")
+	// Fenced code keeps its language class, highlighted code its chroma wrapper and token classes
+	// (chroma writes one class per span; see highlight.go).
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^language-[\w+-]{1,32}$`)).OnElements("code")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^chroma$`)).OnElements("pre")
+	p.AllowAttrs("class").Matching(chromaClassRE).OnElements("span")
 	p.AllowAttrs("type").Matching(regexp.MustCompile(`^button$`)).OnElements("button")
 	p.AllowAttrs("data-n", "data-k").Matching(regexp.MustCompile(`^[0-9]{1,10}$`)).OnElements("a", "li", "button")
 	p.AllowAttrs("data-message").Matching(regexp.MustCompile(`^[0-9]{1,20}$`)).OnElements("button")

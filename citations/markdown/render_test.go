@@ -43,7 +43,7 @@ func TestGolden(t *testing.T) {
 			} else {
 				require.ErrorIs(t, err, os.ErrNotExist)
 			}
-			opt := Options{Lang: gc.Lang, Anchor: "m" + name, MessageID: gc.MessageID}
+			opt := Options{Lang: gc.Lang, Anchor: "m" + name, MessageID: gc.MessageID, Now: stopped}
 			if gc.Allow != nil {
 				opt.AllowLink = citations.AllowList(gc.Allow)
 			}
