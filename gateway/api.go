@@ -27,6 +27,8 @@ type messageJSON struct {
 	Feedback     *feedbackJSON `json:"feedback,omitempty"`
 	RegenerateOf uint64        `json:"regenerateOf,omitempty"`
 	EditOf       uint64        `json:"editOf,omitempty"`
+	// Tools are the tool calls of the answer's run (final answers only; see historyJSON).
+	Tools []toolLineJSON `json:"tools,omitempty"`
 }
 
 type sessionJSON struct {
@@ -139,13 +141,7 @@ func (s *Server) history(r *http.Request, sessionID, lang string) ([]messageJSON
 	if err != nil {
 		return nil, s.storeErr("list_messages", err)
 	}
-	out := make([]messageJSON, 0, len(all))
-	for _, m := range all {
-		if visible(m) {
-			out = append(out, s.toMessageJSON(m, lang))
-		}
-	}
-	return out, nil
+	return s.historyJSON(all, lang), nil
 }
 
 // shareJSON is a share link as its owner sees it (the answer to a share request and one entry of

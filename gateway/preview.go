@@ -15,6 +15,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/citegate/citegate/citations"
+	"github.com/citegate/citegate/citations/markdown"
 	"github.com/citegate/citegate/internal/textseg"
 	"github.com/citegate/citegate/store"
 )
@@ -28,6 +29,11 @@ type previewJSON struct {
 	Title       string     `json:"title"`
 	Tool        string     `json:"tool"`
 	Excerpt     string     `json:"excerpt"`
+	// ExcerptHTML is Excerpt rendered as sanitised markdown (headings, lists, tables), the way the
+	// excerpt panel shows it; links only to URLs the excerpt itself holds.
+	ExcerptHTML string `json:"excerptHtml"`
+	// Site names the source's site: the domain, or a corpus page's document title.
+	Site string `json:"site"`
 	Truncated   bool       `json:"truncated"`
 	RetrievedAt *time.Time `json:"retrievedAt,omitempty"`
 	Digest      string     `json:"digest"`
@@ -121,6 +127,7 @@ func (s *Server) handlePreview(w http.ResponseWriter, r *http.Request, u store.U
 	out := previewJSON{
 		N: n, URL: cit.URL, Title: cit.Title, Tool: src.Tool, Excerpt: excerpt, Truncated: truncated,
 		RetrievedAt: cit.RetrievedAt, Digest: cit.Digest,
+		ExcerptHTML: markdown.RenderExcerpt(excerpt), Site: s.siteName(cit.URL),
 	}
 	if out.Title == "" {
 		out.Title = src.Title

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
@@ -131,19 +132,36 @@ func (c *renderCache) stats() (hits, misses uint64, bytes, entries int) {
 // behind opt.AllowLink). Fields are length-prefixed so no two different inputs produce the same
 // byte stream.
 func answerKey(content string, cits []citations.Citation, allowed []string, opt markdown.Options) renderKey {
+	return answerKeySites(content, cits, allowed, nil, opt)
+}
+
+// answerKeySites is answerKey with the site names the sources list shows (sites[i] names
+// cits[i]'s URL; nil when the server names none).
+func answerKeySites(content string, cits []citations.Citation, allowed, sites []string, opt markdown.Options) renderKey {
 	h := sha256.New()
-	writeField(h, "answer/v1")
+	writeField(h, "answer/v2")
 	writeField(h, opt.Lang)
 	writeField(h, opt.Anchor)
 	writeField(h, strconv.FormatUint(opt.MessageID, 10))
 	writeField(h, content)
-	// Only what the renderer shows of a citation takes part; retrieval times and digests do not
-	// change the HTML, so a record read back from the store hits the entry the live run made.
+	// Only what the renderer shows of a citation takes part (the source card's retrieval time and
+	// lead included); digests do not change the HTML, so a record read back from the store hits
+	// the entry the live run made.
 	writeField(h, strconv.Itoa(len(cits)))
 	for _, c := range cits {
 		writeField(h, strconv.Itoa(c.N))
 		writeField(h, c.URL)
 		writeField(h, c.Title)
+		writeField(h, c.Lead)
+		if c.RetrievedAt != nil {
+			writeField(h, c.RetrievedAt.UTC().Format(time.RFC3339))
+		} else {
+			writeField(h, "")
+		}
+	}
+	writeField(h, strconv.Itoa(len(sites)))
+	for _, site := range sites {
+		writeField(h, site)
 	}
 	writeField(h, strconv.Itoa(len(allowed)))
 	for _, u := range allowed {
@@ -164,14 +182,45 @@ func writeField(h hash.Hash, s string) {
 // renderAnswer renders an answer through the cache, under the link rule: the answer may show the
 // URLs in allowed (metadata.links.allowed, see linkAllowList) and its citations' URLs, no other.
 func (s *Server) renderAnswer(content string, cits []citations.Citation, allowed []string, opt markdown.Options) string {
-	return s.renders.get(answerKey(content, cits, allowed, opt), func() string {
+	sites := s.siteNames(cits)
+	return s.renders.get(answerKeySites(content, cits, allowed, sites, opt), func() string {
 		opt.AllowLink = citations.AllowList(allowed)
+		if sites != nil {
+			named := make(map[string]string, len(cits))
+			for i, c := range cits {
+				named[c.URL] = sites[i]
+			}
+			opt.SiteName = func(u string) string { return named[u] }
+		}
 		r := markdown.RenderAnswer(content, cits, opt)
 		if r.Panic != nil {
 			s.log.Error("markdown renderer panicked; the answer is shown as text", "panic", r.Panic)
 		}
 		return r.HTML
 	})
+}
+
+// siteNames names the site of each citation with Config.SiteName (nil when it is not set).
+func (s *Server) siteNames(cits []citations.Citation) []string {
+	if s.cfg.SiteName == nil || len(cits) == 0 {
+		return nil
+	}
+	out := make([]string, len(cits))
+	for i, c := range cits {
+		out[i] = s.cfg.SiteName(c.URL)
+	}
+	return out
+}
+
+// siteName names a source's site as the sources list does: Config.SiteName's name, else the
+// URL's domain.
+func (s *Server) siteName(u string) string {
+	if s.cfg.SiteName != nil {
+		if name := s.cfg.SiteName(u); name != "" {
+			return name
+		}
+	}
+	return markdown.Domain(u)
 }
 
 // linkAllowList is the list behind an answer's link rule (DESIGN §4): metadata.links.allowed (the

@@ -36,6 +36,9 @@ type Config struct {
 	Agent   Agent // *agent.Agent
 	// KB serves the local corpus, mounted at /kb/ (nil → 404).
 	KB http.Handler
+	// SiteName names the site of a source URL where its domain says nothing (the corpus' own
+	// /kb/ pages: their document's title); "" means the domain. Nil names none.
+	SiteName func(url string) string
 	// Fetch returns a page's current text for the preview recheck (open_web_page's guarded fetcher),
 	// in the forms the tools extract at retrieval time (see LivePage). Nil makes recheck answer 503
 	// unavailable.

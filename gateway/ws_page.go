@@ -45,12 +45,7 @@ func (c *client) sessionPage(ctx context.Context, f clientFrame, before uint64) 
 			break
 		}
 	}
-	msgs := make([]messageJSON, 0, len(page))
-	for _, m := range page {
-		if visible(m) {
-			msgs = append(msgs, c.s.toMessageJSON(m, c.lang))
-		}
-	}
+	msgs := c.s.pageJSON(ctx, page, c.lang)
 	c.send(&wsFrame{Type: "session.history", SessionID: f.SessionID, ClientMsgID: f.ClientMsgID, Messages: &msgs, Before: before, HasMore: &more})
 }
 

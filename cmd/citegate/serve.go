@@ -104,6 +104,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		Store:         st,
 		Agent:         cr.Agent,
 		KB:            cr.Corpus.Handler(),
+		SiteName:      cr.Corpus.SiteName,
 		Fetch: func(ctx context.Context, url string) (gateway.LivePage, error) {
 			p, err := cr.Fetcher.FetchLive(ctx, url)
 			return gateway.LivePage{Text: p.Content, Passages: p.Passages, Full: p.Full}, err

@@ -1,0 +1,144 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/citegate/citegate/store"
+)
+
+// toolLineJSON is one tool call of a run as the desktop shows it under the answer ("已搜索 …",
+// "已阅读网页 …"): the same fields as the live tool.started / tool.finished frames, so history and
+// live runs render alike.
+type toolLineJSON struct {
+	CallID    string `json:"callId"`
+	Tool      string `json:"tool"`
+	Arguments string `json:"arguments"`
+	// OK is false when the tool failed (its result is an error object) or never answered.
+	OK bool `json:"ok"`
+}
+
+// maxToolArg bounds the query or URL a tool line carries; the desktop shows the first 120
+// characters.
+const maxToolArg = 300
+
+// historyJSON is the conversation view of a session's messages: the visible messages, each final
+// answer with the tool lines of its run. The tool calls and results are among all already (they
+// are messages of the session), so no further read is needed.
+func (s *Server) historyJSON(all []store.Message, lang string) []messageJSON {
+	lines := runToolLines(all)
+	out := make([]messageJSON, 0, len(all))
+	for _, m := range all {
+		if !visible(m) {
+			continue
+		}
+		mj := s.toMessageJSON(m, lang)
+		if m.Role == store.RoleAssistant && m.RunID != "" {
+			mj.Tools = lines[m.RunID]
+		}
+		out = append(out, mj)
+	}
+	return out
+}
+
+// pageJSON is historyJSON for a page read without tool traffic (session.open / session.more, see
+// ws_page.go): each final answer's tool lines come from its own run through the run → messages
+// index. A failed read costs that answer its tool lines, not the page.
+func (s *Server) pageJSON(ctx context.Context, page []store.Message, lang string) []messageJSON {
+	out := make([]messageJSON, 0, len(page))
+	for _, m := range page {
+		if !visible(m) {
+			continue
+		}
+		mj := s.toMessageJSON(m, lang)
+		if m.Role == store.RoleAssistant && m.RunID != "" {
+			run, err := s.st.ListRunMessages(ctx, m.RunID)
+			if err != nil {
+				s.storeErr("list_run_messages", err)
+			} else {
+				mj.Tools = runToolLines(run)[m.RunID]
+			}
+		}
+		out = append(out, mj)
+	}
+	return out
+}
+
+// runToolLines collects, per run, the tool calls its assistant messages made, in order, each
+// marked ok when its result is not an error object (DESIGN §4's failure shape; the agent decides
+// tool.finished's ok the same way).
+func runToolLines(all []store.Message) map[string][]toolLineJSON {
+	var lines map[string][]toolLineJSON
+	var result map[string]store.Message // call id → tool message
+	for _, m := range all {
+		if m.Role == store.RoleTool && m.ToolCallID != "" {
+			if result == nil {
+				result = map[string]store.Message{}
+			}
+			result[m.ToolCallID] = m
+		}
+	}
+	for _, m := range all {
+		if m.Role != store.RoleAssistant || len(m.ToolCalls) == 0 || m.RunID == "" {
+			continue
+		}
+		if lines == nil {
+			lines = map[string][]toolLineJSON{}
+		}
+		for _, c := range m.ToolCalls {
+			r, answered := result[c.ID]
+			lines[m.RunID] = append(lines[m.RunID], toolLineJSON{
+				CallID:    c.ID,
+				Tool:      c.Name,
+				Arguments: toolLabelArgs(c.Arguments),
+				OK:        answered && r.RunID == m.RunID && !hasErrorKey(r.Content),
+			})
+		}
+	}
+	return lines
+}
+
+// toolLabelArgs keeps of a tool call's arguments what a tool line shows, the query or the URL,
+// each cut to maxToolArg runes, as a JSON object the desktop parses like a live frame's. Arguments
+// that are not a JSON object give "".
+func toolLabelArgs(raw string) string {
+	var args map[string]json.RawMessage
+	if json.Unmarshal([]byte(raw), &args) != nil {
+		return ""
+	}
+	kept := map[string]string{}
+	for _, k := range []string{"query", "url"} {
+		var v string
+		if json.Unmarshal(args[k], &v) == nil && v != "" {
+			if utf8.RuneCountInString(v) > maxToolArg {
+				v = string([]rune(v)[:maxToolArg])
+			}
+			kept[k] = v
+		}
+	}
+	if len(kept) == 0 {
+		return "{}"
+	}
+	b, err := json.Marshal(kept)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// hasErrorKey reports whether content is a JSON object with a top-level "error" key. Successful
+// results are the large ones (page text); most never spell "error" nor an escape that could, and
+// are passed without parsing.
+func hasErrorKey(content string) bool {
+	if !strings.Contains(content, "error") && !strings.Contains(content, `\u`) {
+		return false
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal([]byte(content), &top) != nil {
+		return false
+	}
+	_, ok := top["error"]
+	return ok
+}
