@@ -112,6 +112,11 @@ func publicLine(m store.Message) (exportLine, bool) {
 		// The link rule holds here too: an anonymous reader gets no unverified URL, not even in
 		// the raw text. Markers stay, so the citations can still be checked against the content.
 		line.Content, _, _ = citations.FilterLinks(m.Content, allowFunc(m.Metadata, cits))
+		// The lead is tool output (the excerpt's first lines): the owner's desktop shows it on
+		// a source card, an anonymous reader gets no excerpt at all.
+		for i := range cits {
+			cits[i].Lead = ""
+		}
 		if len(cits) > 0 {
 			md, err := json.Marshal(map[string][]citations.Citation{"citations": cits})
 			if err == nil {

@@ -24,16 +24,16 @@ import (
 const MaxExcerptUTF16 = 16384
 
 type previewJSON struct {
-	N           int        `json:"n"`
-	URL         string     `json:"url"`
-	Title       string     `json:"title"`
-	Tool        string     `json:"tool"`
-	Excerpt     string     `json:"excerpt"`
+	N       int    `json:"n"`
+	URL     string `json:"url"`
+	Title   string `json:"title"`
+	Tool    string `json:"tool"`
+	Excerpt string `json:"excerpt"`
 	// ExcerptHTML is Excerpt rendered as sanitised markdown (headings, lists, tables), the way the
 	// excerpt panel shows it; links only to URLs the excerpt itself holds.
 	ExcerptHTML string `json:"excerptHtml"`
 	// Site names the source's site: the domain, or a corpus page's document title.
-	Site string `json:"site"`
+	Site        string     `json:"site"`
 	Truncated   bool       `json:"truncated"`
 	RetrievedAt *time.Time `json:"retrievedAt,omitempty"`
 	Digest      string     `json:"digest"`
