@@ -22,6 +22,7 @@ func TestBrowserFrame(t *testing.T) {
 		auditA11y(t, tb, "chat "+l.Name)
 		shot(t, tb, "frame-"+l.Name)
 	})
-	stops := tabThrough(t, tb, 40)
+	// Every answer adds its own stops (superscripts, copy, regenerate, votes), so walk the whole cycle.
+	stops := tabThrough(t, tb, 200)
 	requireReachable(t, stops, "#new-chat", "#input", "#send", "#share-btn")
 }
