@@ -415,3 +415,44 @@ func TestAnswerBodyNumbers(t *testing.T) {
 	}
 	assert.Equal(t, "¹⁰", superNumber(10))
 }
+
+// TestDeleteChatWhileRunning deletes a chat whose answer is streaming: the run is cancelled, and
+// nothing it would still write (tool results, the partial answer, the run record) comes back.
+func TestDeleteChatWhileRunning(t *testing.T) {
+	hold := make(chan struct{})
+	e := newEnv(t, func(_ *Config, a *agentCfg) {
+		a.Model = &scriptedModel{hold: hold, answer: func(q string, _ []string) string { return "一个很长的回答，" + q + "。[^1^]" }}
+	})
+	_, tok := e.user("alice")
+	ws := e.mustWS(tok)
+	ws.send(map[string]any{"type": "chat.send", "text": "年假怎么算"})
+	var sid, runID string
+	for _, f := range ws.until("answer.delta") {
+		if f["type"] == "run.started" {
+			sid, runID = f["sessionId"].(string), f["runId"].(string)
+		}
+	}
+	require.NotEmpty(t, runID)
+	status, _, body := e.do("DELETE", "/api/sessions/"+sid, tok, nil)
+	require.Equal(t, http.StatusOK, status, body)
+	close(hold)
+
+	// The run ends (cancelled, or failed on its next write); bounded wait only against a hang.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, _, m := e.do("GET", "/metrics", "", nil)
+		if strings.Contains(m, `citegate_runs_total{channel="desktop",phase="CANCELLED"} 1`) ||
+			strings.Contains(m, `citegate_runs_total{channel="desktop",phase="FAILED"} 1`) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the run did not end:\n%s", m)
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err := e.st.GetRun(context.Background(), runID)
+	require.ErrorIs(t, err, store.ErrNotFound, "the run record is not written back")
+	rm, err := e.st.ListRunMessages(context.Background(), runID)
+	require.NoError(t, err)
+	assert.Empty(t, rm, "no message of the run is left")
+	_, err = e.st.GetSession(context.Background(), sid)
+	require.ErrorIs(t, err, store.ErrNotFound)
+}

@@ -57,7 +57,8 @@ func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request, u s
 	}
 	// A running answer would otherwise keep writing into a chat that no longer exists; its writes
 	// fail from the deletion on, and the run ends FAILED or CANCELLED without a trace in any view.
-	s.ag.Cancel(sess.ID)
+	// The hub's agent asks the other replicas too when the run executes elsewhere.
+	s.hub.ag.Cancel(sess.ID)
 	revoked, err := s.st.DeleteChat(r.Context(), sess.ID, u.ID)
 	if err != nil {
 		return s.storeErr("delete_chat", err)
