@@ -55,3 +55,6 @@ func BoltStored(tb testing.TB, s Backend, kind, key string) bool {
 
 // PGListBeforeSQL exposes the page query for the plan test.
 func PGListBeforeSQL(dialog bool) string { return pgListBeforeSQL(dialog) }
+
+// PGListAfterSQL exposes ListMessagesAfter's page query for the plan test.
+const PGListAfterSQL = pgListAfterSQL

@@ -5,6 +5,13 @@ import (
 	"fmt"
 )
 
+// pgListAfterSQL reads a session's messages above $2 as a range of the (session_id, id) index, for
+// the reason given at pgSessionWindow: "session_id = $1 AND id > $2 ORDER BY id LIMIT n" may be
+// planned as a forward walk of the primary key that reads every other session's messages first.
+const pgListAfterSQL = `SELECT ` + pgMessageCols + ` FROM messages
+	WHERE (session_id, id) > ($1, $2) AND (session_id, id) < ($1, 9223372036854775807)
+	ORDER BY session_id, id LIMIT $3`
+
 // ListMessagesAfter returns up to limit of a session's messages with ids above afterID (0: from the
 // first), in ascending id order (see Store.ListMessagesAfter).
 func (p *PG) ListMessagesAfter(ctx context.Context, sessionID string, afterID uint64, limit int) ([]Message, error) {
@@ -18,8 +25,7 @@ func (p *PG) ListMessagesAfter(ctx context.Context, sessionID string, afterID ui
 		return out, err
 	}
 	err := p.q(ctx, "list messages after", func(q pgq) error {
-		rows, err := q.Query(ctx, `SELECT `+pgMessageCols+` FROM messages WHERE session_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
-			sessionID, i64(afterID), limit)
+		rows, err := q.Query(ctx, pgListAfterSQL, sessionID, i64(afterID), limit)
 		if err != nil {
 			return err
 		}
