@@ -133,6 +133,14 @@ func (p *jsScanner) str() (escaped, ok bool) {
 		seg := p.s[p.i : p.i+j]
 		k := 0
 		for k < len(seg) {
+			// Eight bytes at a time while none of them is a control character or a backslash:
+			// the common case for text, which then needs no per-byte look.
+			for k+8 <= len(seg) && plain8(seg[k:k+8]) {
+				k += 8
+			}
+			if k >= len(seg) {
+				break
+			}
 			c := seg[k]
 			if c < 0x20 {
 				return false, p.fail()
@@ -166,6 +174,19 @@ func (p *jsScanner) str() (escaped, ok bool) {
 		return escaped, true
 	}
 	return false, p.fail()
+}
+
+// plain8 reports whether none of the 8 bytes of s is below 0x20 or a backslash. It reads them as
+// one word: (x - 0x01…·n) & ^x & 0x80… is non-zero exactly when some byte of x is below n (n ≤ 0x80),
+// and a byte equal to '\\' is a zero byte of x ^ 0x5c5c….
+func plain8(s string) bool {
+	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	ctl := (x - ones*0x20) & ^x & highs
+	y := x ^ (ones * '\\')
+	bs := (y - ones) & ^y & highs
+	return ctl|bs == 0
 }
 
 func isHex4(s string) bool {

@@ -109,7 +109,8 @@ func (r *Registry) addWebSearch(res ToolResult) string {
 		if content[v.start] != '{' {
 			return
 		}
-		var u, title, excerpt string
+		var u string
+		var title, excerpt jsSpan
 		var refs []jsMember
 		var members int
 		q := jsScanner{s: content, i: v.start, ok: true}
@@ -119,14 +120,16 @@ func (r *Registry) addWebSearch(res ToolResult) string {
 			case "url":
 				u, _ = stringValue(content, m.val)
 			case "title":
-				title, _ = stringValue(content, m.val)
+				title = m.val
 			case "content":
-				excerpt, _ = stringValue(content, m.val)
+				excerpt = m.val
 			case "ref":
 				refs = append(refs, m)
 			}
 		})
-		n := r.add(Source{URL: u, Title: title, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, Excerpt: excerpt, At: res.At})
+		// Title and excerpt are decoded only for a source that enters the registry: a duplicate
+		// or one past the cap needs neither.
+		n := r.add(Source{URL: u, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, At: res.At}, &lazyText{content, title, excerpt})
 		ed.setRef(content, v, refs, members, n)
 	})
 	return ed.apply(content)
@@ -160,7 +163,7 @@ func (r *Registry) addOpenWebPage(res ToolResult) string {
 	}
 	top.start = strings.IndexByte(content, '{')
 	top.end = strings.LastIndexByte(content, '}') + 1
-	n := r.add(Source{URL: u, Title: title, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, Excerpt: excerpt, At: res.At})
+	n := r.add(Source{URL: u, Title: title, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, Excerpt: excerpt, At: res.At}, nil)
 	var ed edits
 	ed.setRef(content, top, refs, members, n)
 	return ed.apply(content)
@@ -245,7 +248,15 @@ func (ed edits) apply(s string) string {
 
 // add appends s when its URL is valid and new and the cap allows, returning its registry number
 // (0 when it has none).
-func (r *Registry) add(s Source) int {
+// lazyText is where a source's title and excerpt sit in its tool result, still encoded.
+type lazyText struct {
+	content        string
+	title, excerpt jsSpan
+}
+
+// add enters s unless its URL is invalid, already in or past the cap, and returns its number (0:
+// none). lazy, when set, holds the title and excerpt, decoded only for a source that enters.
+func (r *Registry) add(s Source, lazy *lazyText) int {
 	u, ok := NormalizeURL(s.URL)
 	if !ok {
 		return 0
@@ -260,6 +271,10 @@ func (r *Registry) add(s Source) int {
 	}
 	if r.byURL == nil {
 		r.byURL = make(map[string]int)
+	}
+	if lazy != nil {
+		s.Title, _ = stringValue(lazy.content, lazy.title)
+		s.Excerpt, _ = stringValue(lazy.content, lazy.excerpt)
 	}
 	s.N = len(r.sources) + 1
 	s.Title = cleanTitle(s.Title)

@@ -306,7 +306,7 @@ func oracleAdd(r *Registry, res ToolResult) string {
 		if json.Unmarshal(top["content"], &content) != nil || content == nil {
 			return res.Content
 		}
-		set(top, r.add(Source{URL: str(top["url"]), Title: str(top["title"]), Tool: res.Tool, Excerpt: *content}))
+		set(top, r.add(Source{URL: str(top["url"]), Title: str(top["title"]), Tool: res.Tool, Excerpt: *content}, nil))
 		b, _ := json.Marshal(top)
 		return string(b)
 	}
@@ -319,7 +319,7 @@ func oracleAdd(r *Registry, res ToolResult) string {
 		if json.Unmarshal(raw, &item) != nil || item == nil {
 			continue
 		}
-		set(item, r.add(Source{URL: str(item["url"]), Title: str(item["title"]), Tool: res.Tool, Excerpt: str(item["content"])}))
+		set(item, r.add(Source{URL: str(item["url"]), Title: str(item["title"]), Tool: res.Tool, Excerpt: str(item["content"])}, nil))
 		items[i], _ = json.Marshal(item)
 	}
 	top["results"], _ = json.Marshal(items)
