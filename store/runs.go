@@ -18,7 +18,9 @@ func (s *Store) CreateRun(ctx context.Context, r Run) (Run, error) {
 	if err != nil {
 		return Run{}, fmt.Errorf("store: create run: %w", err)
 	}
-	err = s.update(ctx, "create run", func(tx *bolt.Tx) error {
+	// Batched with the other writes of concurrent turns (one fsync for many); the function only
+	// reads the transaction and r, so bbolt may run it again after a rollback.
+	err = s.batch(ctx, "create run", func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketSessions).Get([]byte(r.SessionID)) == nil {
 			return fmt.Errorf("session %q: %w", r.SessionID, ErrNotFound)
 		}
