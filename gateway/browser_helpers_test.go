@@ -71,8 +71,8 @@ type browserStack struct {
 }
 
 // newBrowserStack builds the stack; model nil means the offline extractive model (the default a
-// new user gets).
-func newBrowserStack(t *testing.T, model agent.Model) *browserStack {
+// new user gets). opts adjust the gateway's configuration (e.g. ChatRatePerMinute).
+func newBrowserStack(t *testing.T, model agent.Model, opts ...func(*gateway.Config)) *browserStack {
 	t.Helper()
 	if model == nil {
 		model = extractive.New()
@@ -87,9 +87,13 @@ func newBrowserStack(t *testing.T, model agent.Model) *browserStack {
 	require.NoError(t, err)
 	ag, err := agent.New(agent.Config{Store: st, Model: model, Tools: []agent.Tool{tools.NewWebSearch(corpus, nil)}})
 	require.NoError(t, err)
-	srv, err := gateway.New(gateway.Config{
+	cfg := gateway.Config{
 		Addr: ln.Addr().String(), PublicURL: pub, DataDir: dir, Store: st, Agent: ag, KB: corpus.Handler(),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := gateway.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)

@@ -46,6 +46,9 @@ func (h *hub) onRemote(ev agent.Event) {
 // routeEvent sends ev to its session owner's clients, through the session's lane when routing
 // needs the store.
 func (h *hub) routeEvent(ev agent.Event) {
+	// Before the final answer is routed (the lanes run later), so no streaming render follows it;
+	// a run on another replica streams formatted to this replica's clients too.
+	h.live.observe(ev)
 	if !h.anyClients() {
 		return
 	}

@@ -45,6 +45,8 @@ type wsFrame struct {
 	// (absent: the newest page), and HasMore tells whether older messages remain.
 	Before  uint64 `json:"before,omitempty"`
 	HasMore *bool  `json:"hasMore,omitempty"`
+	// RetryAfterMs, on a rate_limited error, is how long until a send is allowed again.
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 }
 
 // clientFrame is every client → server frame.

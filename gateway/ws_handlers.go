@@ -95,12 +95,13 @@ func (c *client) chatSend(ctx context.Context, f clientFrame) {
 		c.sendError(CodeNotFound, "not found", f.SessionID, f.ClientMsgID)
 		return
 	}
-	if !c.s.limiter(c.user.ID).Allow() {
-		msg := "too many messages: at most " + itoa(c.s.cfg.ChatRatePerMinute) + " per minute; wait a moment and send again"
+	if ok, wait := c.s.allowChat(c.user.ID); !ok {
+		secs := itoa(retrySeconds(wait))
+		msg := "too many messages: at most " + itoa(c.s.cfg.ChatRatePerMinute) + " per minute; send again in " + secs + " s"
 		if c.lang != "en" {
-			msg = "发送过于频繁：每分钟最多 " + itoa(c.s.cfg.ChatRatePerMinute) + " 条，请稍后再试。"
+			msg = "发送过于频繁：每分钟最多 " + itoa(c.s.cfg.ChatRatePerMinute) + " 条，请在 " + secs + " 秒后再试。"
 		}
-		c.sendError(CodeRateLimited, msg, f.SessionID, f.ClientMsgID)
+		c.send(&wsFrame{Type: "error", Code: CodeRateLimited, Message: msg, SessionID: f.SessionID, ClientMsgID: f.ClientMsgID, RetryAfterMs: wait.Milliseconds()})
 		return
 	}
 	h := c.s.hub

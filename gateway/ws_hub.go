@@ -57,6 +57,7 @@ type hub struct {
 	owners *ownerCache
 	runs   *runTracker
 	lanes  *lanes
+	live   *liveAnswers // answers being streamed, rendered progressively (ws_progressive.go)
 }
 
 func newHub(s *Server, st wsStore, ag wsAgent, maxConns int) *hub {
@@ -66,6 +67,7 @@ func newHub(s *Server, st wsStore, ag wsAgent, maxConns int) *hub {
 	h := &hub{s: s, st: st, ag: ag, maxConns: maxConns, users: make(map[string]map[*client]struct{}),
 		owners: newOwnerCache(), runs: newRunTracker(s.m)}
 	h.lanes = newLanes(h)
+	h.live = newLiveAnswers(h)
 	return h
 }
 

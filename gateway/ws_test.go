@@ -284,6 +284,11 @@ func TestWSRateLimit(t *testing.T) {
 	assert.Equal(t, "rate_limited", limited["code"])
 	assert.Equal(t, "x6", limited["clientMsgId"])
 	assert.Contains(t, limited["message"], "每分钟最多 1 条")
+	// It says when to retry: the next token of a 1-per-minute budget is at most a minute away.
+	retry, _ := limited["retryAfterMs"].(float64)
+	assert.Greater(t, retry, 0.0)
+	assert.LessOrEqual(t, retry, 60000.0)
+	assert.Regexp(t, `请在 \d+ 秒后再试`, limited["message"])
 	// Another user is not affected.
 	_, tok2 := e.user("bob")
 	ws2 := e.mustWS(tok2)

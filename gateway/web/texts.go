@@ -34,6 +34,8 @@ var texts = map[string]map[string]string{
 		"index.close":       "关闭",
 		"index.copy":        "复制",
 		"index.revoke":      "撤销分享",
+		"index.menu":        "对话列表和账户",
+		"index.retryNow":    "立即重试",
 	},
 	"en": {
 		"app.title":         "citegate",
@@ -66,6 +68,8 @@ var texts = map[string]map[string]string{
 		"index.close":       "Close",
 		"index.copy":        "Copy",
 		"index.revoke":      "Revoke share",
+		"index.menu":        "Chats and account",
+		"index.retryNow":    "Retry now",
 	},
 }
 

@@ -48,6 +48,9 @@
       pending.classList.remove('pending');
       pending.classList.add('rejected');
       cg.addStatus(pending, 'failed', T.rejected + ': ' + (f.message || f.code));
+      // The text was not sent: put it back in the composer unless something new was typed since.
+      const sent = pending.querySelector('.bubble .plain');
+      if (sent && !els.input.value.trim()) { els.input.value = sent.textContent; autosize(); }
     } else if (f.code === 'not_found' && f.sessionId && f.sessionId === state.current) {
       cg.openSession(null);
     }

@@ -4,7 +4,7 @@
 //
 //   citegate.on('frame:<type>', (frame) => …)   every server websocket frame of that type
 //   citegate.on('message-rendered', (article, message) => …)   a message's sanitised HTML was placed
-//   citegate.on('connected' | 'disconnected', () => …)
+//   citegate.on('connecting' | 'connected' | 'disconnected', () => …)
 //   citegate.api(method, path[, body]), citegate.send(frame), citegate.T (texts), citegate.el(tag, cls, text)
 //
 // Server-rendered HTML (already sanitised by citations/markdown) is the only thing put into
@@ -23,6 +23,7 @@
       recheck: '与当前网页比对', changed: '网页内容已变化', unchanged: '网页内容未变化', unreachable: '网页无法访问',
       checked: '比对于', similarity: '摘录仍在网页上的比例',
       truncated: '（摘录已截断）', rejected: '未发送', user: '用户', assistant: '助手',
+      retryingIn: '连接断开，{n} 秒后重连', retryIn: '发送过于频繁，{n} 秒后可以再发送；你输入的内容已保留。', canSend: '现在可以再发送了。',
     },
     en: {
       newChat: 'New chat', connecting: 'Connecting…', online: 'Connected', offline: 'Disconnected, reconnecting…',
@@ -34,6 +35,7 @@
       recheck: 'Compare with the live page', changed: 'The page has changed', unchanged: 'The page is unchanged', unreachable: 'The page cannot be reached',
       checked: 'checked', similarity: 'share of the excerpt still on the page',
       truncated: '(excerpt truncated)', rejected: 'Not sent', user: 'User', assistant: 'Assistant',
+      retryingIn: 'Disconnected, reconnecting in {n} s', retryIn: 'Too many messages: you can send again in {n} s; your text is kept.', canSend: 'You can send again now.',
     },
   };
   const pageLang = document.documentElement.dataset.lang || (navigator.language || '').toLowerCase();
@@ -107,6 +109,7 @@
 
   // ---------- websocket ----------
   function connect() {
+    emit('connecting');
     setConn(T.connecting, false);
     const ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws');
     state.ws = ws;
@@ -133,8 +136,18 @@
       api('GET', '/api/me').catch(() => {});
       const wait = state.backoff + Math.random() * state.backoff;
       state.backoff = Math.min(state.backoff * 2, 15000);
-      setTimeout(connect, wait);
+      state.retryAt = Date.now() + wait;
+      state.retryTimer = setTimeout(connect, wait);
+      emit('reconnect-scheduled', wait);
     };
+  }
+  // reconnectNow skips the back-off wait: the user asked ("retry now"), the tab got focus again or
+  // the network came back. It does nothing while a connection is open or being opened.
+  function reconnectNow() {
+    if (state.ws) return;
+    clearTimeout(state.retryTimer);
+    state.backoff = 500;
+    connect();
   }
   function setConn(text, down) {
     els.conn.textContent = text;
@@ -147,7 +160,7 @@
   }
 
   window.citegate = {
-    L, lang, T, $, els, state, on, emit, el, toast, randomId, api, connect, send,
+    L, lang, T, $, els, state, on, emit, el, toast, randomId, api, connect, reconnectNow, send,
     // addTexts merges a feature file's own strings: addTexts({zh: {...}, en: {...}}).
     addTexts(texts) {
       for (const k of Object.keys(L)) Object.assign(L[k], texts[k] || {});

@@ -63,8 +63,9 @@
     const body = el('div', 'streaming');
     activity.append(el('div', 'tool', T.thinking));
     art.querySelector('.bubble').append(activity, body);
+    // text collects answer.delta for bookkeeping only: what the reader sees is answer.html, the
+    // server's sanitised rendering of the answer so far, so raw markdown never shows.
     const run = { runId: f.runId, el: art, body, activity, text: document.createTextNode(''), tools: new Map(), done: false };
-    body.append(run.text);
     state.runs.set(f.sessionId, run);
     if (f.sessionId === state.current) {
       for (const p of els.messages.querySelectorAll('.msg.pending')) p.classList.remove('pending');
@@ -114,9 +115,17 @@
   }
   function onDelta(f) {
     const run = runFor(f);
-    if (!run || !f.text) return;
+    if (run && f.text) run.text.appendData(f.text);
+  }
+  // onPartial shows the answer so far. Frames of a run whose final answer is placed (run.body
+  // null) are ignored; the server never sends one after answer.final anyway.
+  function onPartial(f) {
+    const run = runFor(f);
+    if (!run || !run.body || typeof f.html !== 'string') return;
     const stick = nearBottom();
-    run.text.appendData(f.text); // text only, never markup
+    run.body.innerHTML = f.html; // sanitised on the server (markdown.RenderAnswer of the safe text)
+    const thinking = run.activity.querySelector('.tool:not([data-call])');
+    if (thinking) thinking.remove();
     scrollDown(stick);
   }
   function onHTML(f) {
@@ -148,7 +157,7 @@
       const thinking = run.activity.querySelector('.tool:not([data-call])');
       if (thinking) thinking.remove();
       if (!run.activity.childElementCount) run.activity.remove();
-      if (run.body && !run.text.data) run.body.remove();
+      if (run.body && !run.body.childElementCount) run.body.remove();
       const bubble = run.el.querySelector('.bubble');
       if (bubble && !bubble.childElementCount && !bubble.textContent.trim()) bubble.remove(); // nothing was said
     } else if (f.sessionId === state.current) {
@@ -175,6 +184,7 @@
   cg.on('frame:tool.started', (f) => onTool(f, false));
   cg.on('frame:tool.finished', (f) => onTool(f, true));
   cg.on('frame:answer.delta', onDelta);
+  cg.on('frame:answer.html', onPartial);
   cg.on('frame:answer.final', onHTML);
   cg.on('frame:citations', onHTML);
   cg.on('frame:run.finished', onFinished);
