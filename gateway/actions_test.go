@@ -456,3 +456,22 @@ func TestDeleteChatWhileRunning(t *testing.T) {
 	_, err = e.st.GetSession(context.Background(), sid)
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// TestSessionOpenDeletedElsewhere opens a chat that was deleted behind this connection's back
+// (another replica served the DELETE, so this one still has the owner cached): the answer is
+// not_found, as for any missing chat, not an internal error.
+func TestSessionOpenDeletedElsewhere(t *testing.T) {
+	e := newEnv(t)
+	alice, tok := e.user("alice")
+	sess := e.session(alice, "t")
+	e.append(store.Message{SessionID: sess.ID, Role: store.RoleUser, Content: "q"})
+	ws := e.mustWS(tok)
+	ws.send(map[string]any{"type": "session.open", "sessionId": sess.ID})
+	ws.until("session.history")
+	_, err := e.st.DeleteChat(context.Background(), sess.ID, alice.ID)
+	require.NoError(t, err)
+	ws.send(map[string]any{"type": "session.open", "sessionId": sess.ID})
+	f := ws.next()
+	assert.Equal(t, "error", f["type"])
+	assert.Equal(t, CodeNotFound, f["code"])
+}

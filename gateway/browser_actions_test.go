@@ -227,6 +227,29 @@ func TestBrowserChats(t *testing.T) {
 		waitJS(t, tb, 5*time.Second, `!document.getElementById('sessions').hidden && document.getElementById('search-results').hidden`, "Escape brings the list back")
 	})
 
+	t.Run("search reaches older pages", func(t *testing.T) {
+		// A chat longer than one history page, the match in its first message.
+		long, err := stack.Store.CreateSession(ctx, store.Session{UserID: stack.User.ID, Channel: "desktop", Title: "长对话"})
+		require.NoError(t, err)
+		first, err := stack.Store.AppendMessage(ctx, store.Message{SessionID: long.ID, Role: store.RoleUser, Content: "最早的问题：出差补贴标准"})
+		require.NoError(t, err)
+		for i := range 130 {
+			m := store.Message{SessionID: long.ID, Role: store.RoleUser, Content: "第 " + itoa(uint64(i)) + " 条"}
+			if i%2 == 1 {
+				m.Role = store.RoleAssistant
+			}
+			_, err := stack.Store.AppendMessage(ctx, m)
+			require.NoError(t, err)
+		}
+		tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#chat-search"), "出差补贴"), chromedp.SendKeys(chromedp.CSS("#chat-search"), " "))
+		waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#search-results a.snippet').length === 1`, "the old message is found")
+		click(t, tb, `#search-results a.snippet`)
+		waitJS(t, tb, 60*time.Second, `!!document.getElementById('msg-`+itoa(first.ID)+`') && document.activeElement === document.getElementById('msg-`+itoa(first.ID)+`')`, "earlier pages load until the match is on the page")
+		tb.do(t, 5*time.Second, chromedp.Focus(chromedp.CSS("#chat-search")), chromedp.KeyEvent("\x1b"))
+		tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+expense))
+		waitConnected(t, tb)
+	})
+
 	t.Run("rename", func(t *testing.T) {
 		click(t, tb, `.chat-menu summary`)
 		click(t, tb, `.chat-menu .rename`)

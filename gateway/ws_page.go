@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
+
+	"github.com/citegate/citegate/store"
 )
 
 // historyPageSize is how many visible messages (USER messages and answers) one session.history
@@ -28,6 +31,11 @@ func (c *client) sessionPage(ctx context.Context, f clientFrame, before uint64) 
 	// whether an older one exists.
 	page, err := c.s.hub.st.ListDialogBefore(ctx, f.SessionID, before, historyPageSize+1)
 	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			// Deleted since this replica cached its owner (DELETE /api/sessions/{id} elsewhere).
+			c.sendError(CodeNotFound, "not found", f.SessionID, f.ClientMsgID)
+			return
+		}
 		c.s.storeErr("list_dialog_before", err)
 		c.sendError(CodeInternal, c.say("could not load the session", "无法加载会话。"), f.SessionID, f.ClientMsgID)
 		return

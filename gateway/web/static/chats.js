@@ -13,14 +13,14 @@
       chMenu: '对话操作', chRename: '重命名', chRenameLabel: '对话标题', chExportMD: '导出 Markdown',
       chExportJSONL: '导出 JSONL', chDelete: '删除对话', chDeleteConfirm: '删除这个对话、它的全部消息和分享链接？',
       chDeleteYes: '删除', chDeleteNo: '取消', chDeleted: '对话已删除', chRenamed: '已重命名', chFailed: '操作失败',
-      chTitleMatch: '标题匹配', chOlder: '匹配的消息在更早的记录里，请向上加载',
+      chTitleMatch: '标题匹配', chOlder: '没有在这个对话里找到那条消息',
     },
     en: {
       chSearch: 'Search chats', chNoResults: 'No chat matches', chPartial: 'Only the most recent chats were searched',
       chMenu: 'Chat actions', chRename: 'Rename', chRenameLabel: 'Chat title', chExportMD: 'Export Markdown',
       chExportJSONL: 'Export JSONL', chDelete: 'Delete chat', chDeleteConfirm: 'Delete this chat, all its messages and its share links?',
       chDeleteYes: 'Delete', chDeleteNo: 'Cancel', chDeleted: 'Chat deleted', chRenamed: 'Renamed', chFailed: 'Failed',
-      chTitleMatch: 'title matches', chOlder: 'The matching message is further up in the older history',
+      chTitleMatch: 'title matches', chOlder: 'The message was not found in this chat',
     },
   });
   const T = cg.T;
@@ -108,6 +108,7 @@
     if (!a) return;
     e.preventDefault();
     state.jumpTo = a.dataset.msg || null;
+    state.jumpTries = 0;
     if (a.dataset.id === state.current) {
       jump();
     } else {
@@ -122,10 +123,19 @@
     const art = document.getElementById('msg-' + id);
     state.jumpTo = null;
     if (!art) {
-      // The page shows the newest part of a long chat; the match is further up.
+      // The page shows the newest part of a long chat; the match is further up: load earlier
+      // pages (history-more.js) until it is on the page, a bounded number of times.
+      const more = els.messages.querySelector('.load-earlier');
+      if (more && !more.disabled && (state.jumpTries = (state.jumpTries || 0) + 1) <= 40) {
+        state.jumpTo = id;
+        more.click();
+        return;
+      }
+      state.jumpTries = 0;
       cg.toast(T.chOlder);
       return;
     }
+    state.jumpTries = 0;
     if (art.hidden && art._versions && cg.showVersion) cg.showVersion(art._versions, art._versions.list.indexOf(art));
     art.scrollIntoView({ block: 'center' });
     art.classList.remove('search-hit');
