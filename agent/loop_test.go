@@ -271,7 +271,7 @@ func TestRunsThatDoNotCompleteGetNoCitations(t *testing.T) {
 				{status: 500, body: `{"error":{"message":"upstream exploded"}}`},
 				{status: 503, body: `not json at all`},
 			},
-			phase: store.PhaseFailed, errSubstr: "模型服务不可用: chat completions: 503", requests: 4,
+			phase: store.PhaseFailed, errSubstr: "模型服务暂时不可用", requests: 4,
 		},
 		{
 			name: "stream error after tokens is not retried",
@@ -279,7 +279,7 @@ func TestRunsThatDoNotCompleteGetNoCitations(t *testing.T) {
 				toolStream("", call{id: "c1", name: "web_search", args: []string{`{"query":"发票"}`}}),
 				{chunks: []string{chunk(map[string]any{"content": "先红冲再重开。[^1^] 另外"}, nil), `{"error":{"message":"overloaded"}}`}},
 			},
-			phase: store.PhaseFailed, errSubstr: "overloaded", requests: 2, partial: "先红冲再重开。[^1^] 另外",
+			phase: store.PhaseFailed, errSubstr: "模型服务暂时不可用", requests: 2, partial: "先红冲再重开。[^1^] 另外",
 		},
 		{
 			name: "tool rounds exceeded",
@@ -292,7 +292,7 @@ func TestRunsThatDoNotCompleteGetNoCitations(t *testing.T) {
 		{
 			name:    "client error is not retried",
 			replies: []reply{{status: 401, body: `{"error":{"message":"Incorrect API key provided"}}`}},
-			phase:   store.PhaseFailed, errSubstr: "401 Unauthorized: Incorrect API key provided", requests: 1,
+			phase:   store.PhaseFailed, errSubstr: "模型服务暂时不可用", requests: 1,
 		},
 	}
 	for _, tc := range tests {
@@ -306,6 +306,7 @@ func TestRunsThatDoNotCompleteGetNoCitations(t *testing.T) {
 			out := run(t, a, sid, "发票抬头错了怎么办", rec.sink)
 			assert.Equal(t, tc.phase, out.Phase)
 			assert.Contains(t, out.Error, tc.errSubstr)
+			assert.NotContains(t, out.Error, "chat completions", "provider details go to the log, not to the user")
 			assert.NotContains(t, out.Error, "sk-test-secret")
 			assert.Empty(t, out.Citations)
 			assert.Equal(t, tc.requests, llm.requestCount())
@@ -476,7 +477,7 @@ func TestRetryBeforeFirstToken(t *testing.T) {
 	)
 	out = run(t, a, sid, "再来", nil)
 	assert.Equal(t, store.PhaseFailed, out.Phase)
-	assert.Contains(t, out.Error, "429 Too Many Requests: Rate limit reached")
+	assert.Equal(t, "模型服务暂时不可用，请稍后再试。", out.Error)
 	assert.Equal(t, 6, llm.requestCount())
 }
 

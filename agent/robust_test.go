@@ -110,7 +110,7 @@ func TestPanicsAreContained(t *testing.T) {
 	rec := &recorder{}
 	out := run(t, a, sid, "第一问", rec.sink)
 	assert.Equal(t, store.PhaseFailed, out.Phase)
-	assert.Contains(t, out.Error, "panicked")
+	assert.Equal(t, "模型服务暂时不可用，请稍后再试。", out.Error, "a panicking model reads as an unavailable one")
 	assert.Equal(t, "写到一半", out.Content, "partial text is kept")
 	checkEventOrder(t, rec.all())
 
@@ -241,7 +241,7 @@ func TestEnglishErrorsAndPrompt(t *testing.T) {
 	a := newAgent(t, Config{Store: st, Model: m, Lang: "en"})
 	out := run(t, a, sid, "hello", nil)
 	assert.Equal(t, store.PhaseFailed, out.Phase)
-	assert.Equal(t, "model request failed: connection refused", out.Error)
+	assert.Equal(t, "the model service is unavailable right now; try again in a moment", out.Error)
 	assert.Equal(t, SystemPrompt("en", testNow), sys)
 }
 

@@ -106,20 +106,20 @@ func (rs *runState) loop() (store.Phase, string) {
 	history, err := rs.historyWindow()
 	if err != nil {
 		rs.emitStarted()
-		return store.PhaseFailed, txt.storeFailed(err)
+		return store.PhaseFailed, rs.storeFailed(err)
 	}
 	if !h.turn.Stored() {
 		user, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleUser, Content: h.turn.Text, Metadata: h.turn.Metadata})
 		if err != nil {
 			rs.emitStarted()
-			return store.PhaseFailed, txt.storeFailed(err)
+			return store.PhaseFailed, rs.storeFailed(err)
 		}
 		rs.out.UserMessageID = user.ID
 		// The user message is written first so that the run record can point at it; a crash in
 		// between leaves a user message without an answer, which is what the user would see anyway.
 		if _, err := st.CreateRun(rs.pctx, store.Run{ID: h.ID, SessionID: h.SessionID, Channel: h.turn.Channel, UserMessageID: user.ID}); err != nil {
 			rs.emitStarted()
-			return store.PhaseFailed, txt.storeFailed(err)
+			return store.PhaseFailed, rs.storeFailed(err)
 		}
 		rs.runCreated = true
 	}
@@ -145,7 +145,7 @@ func (rs *runState) loop() (store.Phase, string) {
 		}
 		if err != nil {
 			a.log.Warn("model round failed", "run", h.ID, "round", round, "err", err)
-			return store.PhaseFailed, txt.modelFailed(err)
+			return store.PhaseFailed, txt.modelFailed()
 		}
 		if len(resp.ToolCalls) == 0 {
 			rs.finalText = rs.roundText.String()
@@ -172,7 +172,7 @@ func (rs *runState) loop() (store.Phase, string) {
 		}
 		text := rs.roundText.String()
 		if _, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: text, ToolCalls: calls}); err != nil {
-			return store.PhaseFailed, txt.storeFailed(err)
+			return store.PhaseFailed, rs.storeFailed(err)
 		}
 		rs.roundText.Reset()
 		msgs = append(msgs, ChatMessage{Role: "assistant", Content: text, ToolCalls: calls})
@@ -189,7 +189,7 @@ func (rs *runState) loop() (store.Phase, string) {
 			content := rs.reg.Add(citations.ToolResult{Tool: c.Name, CallID: c.ID, Content: results[i].content, At: at})
 			rs.links.AddText(results[i].content)
 			if _, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleTool, Content: content, ToolCallID: c.ID, ToolName: c.Name, CreatedAt: at}); err != nil {
-				return store.PhaseFailed, txt.storeFailed(err)
+				return store.PhaseFailed, rs.storeFailed(err)
 			}
 			a.emit(h, Event{Type: EventToolFinished, CallID: c.ID, Tool: c.Name, OK: results[i].ok})
 			msgs = append(msgs, ChatMessage{Role: "tool", Content: content, ToolCallID: c.ID, Name: c.Name})
@@ -352,7 +352,7 @@ func (rs *runState) conclude(phase store.Phase, reason string) {
 	if err != nil {
 		a.log.Error("persist run conclusion", "run", h.ID, "phase", phase, "err", err)
 		if phase == store.PhaseCompleted {
-			rs.finishWithoutAnswer(store.PhaseFailed, a.text().storeFailed(err))
+			rs.finishWithoutAnswer(store.PhaseFailed, rs.storeFailed(err))
 			return
 		}
 		// The partial text is not worth losing the phase over: record the phase alone.
@@ -562,4 +562,10 @@ func hasErrorKey(content string) bool {
 	}
 	_, ok := top["error"]
 	return ok
+}
+
+// storeFailed logs a store failure of the run and returns what the user reads instead of it.
+func (rs *runState) storeFailed(err error) string {
+	rs.a.log.Error("run store failure", "run", rs.h.ID, "session", rs.h.SessionID, "err", err)
+	return rs.a.text().storeFailed()
 }

@@ -26,18 +26,20 @@ func (a *Agent) text() texts {
 	return textsZH
 }
 
-func (t texts) modelFailed(err error) string {
+// modelFailed and storeFailed are what a user reads when the model service or the store failed:
+// a plain sentence. The cause (provider messages, status codes, store errors) goes to the log.
+func (t texts) modelFailed() string {
 	if t.lang == "en" {
-		return "model request failed: " + err.Error()
+		return "the model service is unavailable right now; try again in a moment"
 	}
-	return "模型服务不可用: " + err.Error()
+	return "模型服务暂时不可用，请稍后再试。"
 }
 
-func (t texts) storeFailed(err error) string {
+func (t texts) storeFailed() string {
 	if t.lang == "en" {
-		return "could not save the conversation: " + err.Error()
+		return "the conversation could not be saved; try again in a moment"
 	}
-	return "保存对话失败: " + err.Error()
+	return "保存对话失败，请稍后再试。"
 }
 
 func (t texts) toolRounds(n int) string {

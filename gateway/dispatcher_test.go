@@ -288,7 +288,7 @@ func TestDispatcherFailureReachesUser(t *testing.T) {
 	for _, ops := range replies {
 		last := ops[len(ops)-1]
 		assert.Equal(t, "fail", last.kind)
-		assert.Contains(t, last.text, "upstream exploded")
+		assert.Equal(t, "抱歉，这次回答失败了：模型服务暂时不可用，请稍后再试。", last.text, "a plain sentence; the cause goes to the log")
 	}
 }
 

@@ -20,7 +20,8 @@ const submitWait = 10 * time.Second
 func (c *client) handle(ctx context.Context, data []byte) {
 	var f clientFrame
 	if err := json.Unmarshal(data, &f); err != nil {
-		c.sendError(CodeBadRequest, "frame is not a JSON object: "+err.Error(), "", "")
+		c.s.log.Debug("websocket frame is not a JSON object", "err", err)
+		c.sendError(CodeBadRequest, "the frame is not a JSON object", "", "")
 		return
 	}
 	switch f.Type {

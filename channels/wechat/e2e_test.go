@@ -309,7 +309,8 @@ func TestE2EModelFailureIsShown(t *testing.T) {
 	texts := e.texts()
 	require.Len(t, texts, 1)
 	assert.True(t, strings.HasPrefix(texts[0], "抱歉"), texts[0])
-	assert.Contains(t, texts[0], "upstream model unavailable")
+	assert.Contains(t, texts[0], "模型服务暂时不可用")
+	assert.NotContains(t, texts[0], "upstream model unavailable", "the cause goes to the log, not to the user")
 }
 
 // TestE2EForgeriesStartNothing pushes forged requests through the whole stack: none starts a run
