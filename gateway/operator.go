@@ -38,9 +38,12 @@ func (s *Server) operatorRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /operator/audit", s.operator(s.handleOperatorAudit))
 	mux.HandleFunc("GET /operator/audit.jsonl", s.operator(s.handleOperatorAuditExport))
 	mux.HandleFunc("GET /operator/audit.csv", s.operator(s.handleOperatorAuditExport))
-	mux.HandleFunc("/operator/", s.operator(func(w http.ResponseWriter, r *http.Request, _ store.User) error {
-		return errNotFound()
-	}))
+	// Any other path or method under /operator is the same not-found page. Without these method-less
+	// patterns the mux would answer a wrong method on a console path with 405, telling anyone that
+	// the path exists.
+	notFound := s.operator(func(http.ResponseWriter, *http.Request, store.User) error { return errNotFound() })
+	mux.HandleFunc("/operator", notFound)
+	mux.HandleFunc("/operator/", notFound)
 }
 
 // operatorHeaders keep console pages out of caches, search engines and Referer headers.

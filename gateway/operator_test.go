@@ -127,6 +127,9 @@ func TestOperatorRoutesAreNotFoundForEveryoneElse(t *testing.T) {
 		{"GET", "/operator/shares/" + f.share.ID}, {"POST", "/operator/shares/" + f.share.ID + "/revoke"},
 		{"GET", "/operator/audit"}, {"GET", "/operator/audit.jsonl"}, {"GET", "/operator/audit.csv"},
 		{"GET", "/operator/no-such-page"},
+		// Wrong methods on console paths: not 405, which would tell the path exists.
+		{"POST", "/operator"}, {"DELETE", "/operator/audit"}, {"PUT", "/operator/shares/" + f.share.ID},
+		{"GET", "/operator/shares/" + f.share.ID + "/revoke"},
 	}
 	aliceCookie := map[string]string{"Cookie": CookieName + "=" + f.cookieFor(f.alice), "Sec-Fetch-Site": "same-origin"}
 	for _, who := range []struct {
