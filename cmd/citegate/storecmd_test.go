@@ -236,5 +236,11 @@ func TestServeOnPostgresSummary(t *testing.T) {
 	out := srv.stdout.String()
 	assert.Regexp(t, `(?m)^  store +postgresql postgres://root:xxxxx@`, out)
 	assert.NotContains(t, out+srv.stderr.String(), "s3cr3t-pw")
+	// Ready once the store answers and the replicas' event bus listens (a moment after start); the
+	// bound only limits a hang.
+	deadline := time.Now().Add(30 * time.Second)
+	for apiStatus(t, srv.base, "", "/readyz") != 200 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
 	assert.Equal(t, 200, apiStatus(t, srv.base, "", "/readyz"))
 }
