@@ -18,7 +18,7 @@ type reply struct {
 	openID string
 
 	mu         sync.Mutex
-	stopTyping context.CancelFunc
+	stopTyping func()
 	typingDone chan struct{}
 }
 
@@ -32,21 +32,26 @@ func (r *reply) Start(ctx context.Context) error {
 	if r.c.typingEvery <= 0 {
 		return nil
 	}
-	// The keep-alive outlives Start's caller on purpose; Finish, Fail or typingFor end it.
+	// The keep-alive outlives Start's caller on purpose; Finish, Fail or typingFor end it. Finish and
+	// Fail close stop rather than cancel kctx: a typing request already on its way is allowed to
+	// complete, so the platform never receives it after the answer it announced.
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.typingFor)
-	done := make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	r.mu.Lock()
 	if r.stopTyping != nil {
 		r.stopTyping()
 	}
-	r.stopTyping, r.typingDone = cancel, done
+	r.stopTyping = func() { once.Do(func() { close(stop) }) }
+	r.typingDone = done
 	r.mu.Unlock()
-	go r.keepTyping(kctx, done)
+	go r.keepTyping(kctx, cancel, stop, done)
 	return nil
 }
 
-func (r *reply) keepTyping(ctx context.Context, done chan struct{}) {
+func (r *reply) keepTyping(ctx context.Context, cancel context.CancelFunc, stop <-chan struct{}, done chan struct{}) {
 	defer close(done)
+	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
 			r.c.log.Error("wechat: typing keep-alive panicked", "panic", p)
@@ -56,9 +61,16 @@ func (r *reply) keepTyping(ctx context.Context, done chan struct{}) {
 	defer t.Stop()
 	for {
 		select {
+		case <-stop:
+			return
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			select {
+			case <-stop: // a tick and a stop at once: the answer wins
+				return
+			default:
+			}
 			if err := r.c.api.sendTyping(ctx, r.openID, typingOn); err != nil {
 				if ctx.Err() == nil {
 					r.logTyping(err)
@@ -78,14 +90,15 @@ func (r *reply) logTyping(err error) {
 	r.c.log.Warn("wechat: typing indicator failed", "err", err)
 }
 
-// halt stops the typing keep-alive and waits for it, so no typing request follows the answer.
+// halt stops the typing keep-alive and waits for it, including a typing request in flight, so no
+// typing request reaches the platform after the answer.
 func (r *reply) halt() {
 	r.mu.Lock()
-	cancel, done := r.stopTyping, r.typingDone
+	stop, done := r.stopTyping, r.typingDone
 	r.stopTyping, r.typingDone = nil, nil
 	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if stop != nil {
+		stop()
 		<-done
 	}
 }

@@ -372,7 +372,8 @@ func TestReplyTypingThenSplitAnswer(t *testing.T) {
 	r, err := h.ch.Reply(ctx, msgFor(testOpenID))
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
-	time.Sleep(90 * time.Millisecond)
+	// The keep-alive repeats the indicator; the bound only stops a hang on a busy machine.
+	require.Eventually(t, func() bool { return len(h.api.Typing()) >= 3 }, 30*time.Second, 5*time.Millisecond)
 	require.NoError(t, r.Update(ctx, "ignored"))
 
 	var long strings.Builder
