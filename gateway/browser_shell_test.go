@@ -2,6 +2,8 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,4 +216,48 @@ func TestBrowserStreamingFormatted(t *testing.T) {
 	})()`)
 	assert.InDelta(t, before, after, 24, "the answer keeps its height when it completes (streamed %.0f px, final %.0f px)", before, after)
 	assert.Zero(t, evalJS[int](t, tb, `document.querySelectorAll('#messages .msg.assistant').length - 1`))
+}
+
+// TestBrowserScreensAndPerf takes the README's screenshots (chat at 1280 px light and dark, the
+// share page; the phone drawer comes from TestBrowserPhoneDrawer) and measures time to
+// interactive of a 200-message chat: from navigation start until its newest history page is on
+// screen and the websocket is open, median of five loads. The figure is reported, not judged
+// (the machine is shared); docs/benchmarks.md records it.
+func TestBrowserScreensAndPerf(t *testing.T) {
+	requireBrowser(t)
+	stack := newBrowserStack(t, nil)
+	small := seedChat(t, stack, "年假有几天", 4)
+	big := seedChat(t, stack, "两百条消息的对话", 200)
+	browser := newBrowser(t)
+	tb := loginTab(t, stack, browser)
+
+	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+small))
+	waitConnected(t, tb)
+	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 4`, "chat renders")
+	tb.setLayout(t, desktopLight)
+	shot(t, tb, "chat-desktop-light")
+	tb.setLayout(t, desktopDark)
+	shot(t, tb, "chat-desktop-dark")
+	tb.setLayout(t, desktopLight)
+
+	var share struct{ URL string }
+	status := stack.api(t, "POST", "/api/sessions/"+small+"/shares", &share)
+	require.True(t, status == 200 || status == 201, "share: %d", status)
+	// Scripts enabled in the tab only so the audit can run; the page itself carries none (CSP).
+	reader := newTab(t, browser, false)
+	reader.do(t, 15*time.Second, chromedp.Navigate(share.URL), chromedp.WaitVisible(chromedp.CSS("details.sources")))
+	reader.setLayout(t, desktopLight)
+	auditA11y(t, reader, "share page")
+	shot(t, reader, "share-page")
+
+	var ms []float64
+	for i := range 5 {
+		// A distinct query each time: the same URL with a hash would not load a new document.
+		tb.do(t, 30*time.Second, chromedp.Navigate(fmt.Sprintf("%s/?perf=%d#s=%s", stack.URL, i, big)))
+		waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length >= 50 && !!window.citegate && citegate.state.ws && citegate.state.ws.readyState === 1`, "200-message chat opens")
+		// The time the newest page was placed, from the page's own clock (navigation start = 0).
+		ms = append(ms, evalJS[float64](t, tb, `(performance.getEntriesByName('citegate:history')[0] || {startTime: -1}).startTime`))
+	}
+	slices.Sort(ms)
+	t.Logf("200-message chat, time to interactive (navigation start → newest 50 messages on screen, websocket open): median %.0f ms, min %.0f ms, max %.0f ms", ms[2], ms[0], ms[4])
 }

@@ -44,6 +44,8 @@
     const stored = run && run.el.dataset.id && messages.some((m) => String(m.id) === run.el.dataset.id);
     if (run && !run.done && !stored) els.messages.append(run.el);
     messages.forEach((m, i) => cg.emit('message-rendered', list[i], m));
+    // The first history on screen is the page's "interactive" point (browser perf test).
+    if (!performance.getEntriesByName('citegate:history').length) performance.mark('citegate:history');
     scrollDown(true);
   }
   function appendUser(text) {
