@@ -89,6 +89,7 @@ func newBrowserStack(t *testing.T, model agent.Model, opts ...func(*gateway.Conf
 	require.NoError(t, err)
 	cfg := gateway.Config{
 		Addr: ln.Addr().String(), PublicURL: pub, DataDir: dir, Store: st, Agent: ag, KB: corpus.Handler(),
+		SiteName: corpus.SiteName,
 	}
 	for _, o := range opts {
 		o(&cfg)

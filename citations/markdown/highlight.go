@@ -94,8 +94,7 @@ func renderFencedCode(w util.BufWriter, source []byte, node ast.Node, entering b
 	if lang != "" && st != nil && !st.plainCode && !st.hlOver && code.Len() <= maxHighlightBlock && st.highlighted+code.Len() <= maxHighlightTotal {
 		st.highlighted += code.Len()
 		out, ok, late := highlight(lang, code.String(), func() bool {
-			// The clock starts at the first token, after chroma compiled the lexer (once per
-			// process and language): compiling is not the input's fault.
+			// The deadline is set at the first look, after the first block's first token.
 			if st.hlDeadline.IsZero() {
 				st.hlDeadline = st.now().Add(highlightTime)
 			}
@@ -139,11 +138,15 @@ func highlight(lang, code string, late func() bool) (out string, ok, wasLate boo
 	}
 	// The deadline is checked between tokens: a lexer that goes quadratic does so by spending
 	// long on each of many tokens, so the check comes often enough.
+	// The clock is first read after the first token: chroma compiles a lexer on first use (once
+	// per process and language), which is not the input's fault.
+	first := true
 	bounded := func() chroma.Token {
-		if late != nil && late() {
+		if !first && late != nil && late() {
 			wasLate = true
 			return chroma.EOF
 		}
+		first = false
 		return it()
 	}
 	var b strings.Builder
