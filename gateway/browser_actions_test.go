@@ -251,6 +251,9 @@ func TestBrowserChats(t *testing.T) {
 	})
 
 	t.Run("rename", func(t *testing.T) {
+		// The chat must be open (its history rendered) before the title is edited: a history that
+		// arrives later redraws the header under the test's feet.
+		waitJS(t, tb, 30*time.Second, `window.citegate.state.current === `+jsString(expense)+` && document.querySelectorAll('#messages .msg').length > 0 && !document.querySelector('#messages p.empty')`, "the chat is open")
 		click(t, tb, `.chat-menu summary`)
 		click(t, tb, `.chat-menu .rename`)
 		waitJS(t, tb, 5*time.Second, `document.activeElement && document.activeElement.matches('#rename-form input')`, "title field focused")
