@@ -327,7 +327,9 @@ func TestBrowserCancelAndFailure(t *testing.T) {
 	waitJS(t, tb, 10*time.Second, `!!document.querySelector('#messages .msg.assistant:last-child .status.failed')`, "failed run is marked")
 	failed := evalJS[string](t, tb, `document.querySelector('#messages .msg.assistant:last-child .status.failed').textContent`)
 	assert.Contains(t, failed, "回答失败")
-	assert.Contains(t, failed, "upstream model unavailable")
+	// The user reads a plain sentence; the provider's own error goes to the log only.
+	assert.Contains(t, failed, "模型服务暂时不可用")
+	assert.NotContains(t, failed, "upstream model unavailable")
 	screenshot(t, tb, "run-cancelled-failed")
 
 	// New chat empties the view; picking the session in the sidebar brings its stored history back.
