@@ -80,9 +80,10 @@ func TestScriptsSmall(t *testing.T) {
 		assert.NotContains(t, js, "import ", name)
 		assert.NotContains(t, js, "eval(", name)
 		assert.NotContains(t, js, "document.write", name)
-		// innerHTML is assigned only from server-rendered html fields.
+		// innerHTML is assigned only from server-rendered html fields: a message's or a frame's html,
+		// and the preview's excerptHtml (markdown.RenderExcerpt, sanitised on the server).
 		for _, m := range regexp.MustCompile(`innerHTML\s*=\s*([^;]+);`).FindAllStringSubmatch(js, -1) {
-			assert.Contains(t, []string{"m.html", "f.html"}, strings.TrimSpace(m[1]), name)
+			assert.Contains(t, []string{"m.html", "f.html", "p.excerptHtml"}, strings.TrimSpace(m[1]), name)
 		}
 		assert.Contains(t, page, `<script src="/assets/`+name+`?v=`+AssetVersion()+`" defer></script>`, "index.html loads %s", name)
 	}
