@@ -24,21 +24,5 @@ func (p *PG) ListMessagesAfter(ctx context.Context, sessionID string, afterID ui
 		err := p.q(ctx, "list messages after", func(q pgq) error { return sessionExists(ctx, q, sessionID) })
 		return out, err
 	}
-	err := p.q(ctx, "list messages after", func(q pgq) error {
-		rows, err := q.Query(ctx, pgListAfterSQL, sessionID, i64(afterID), limit)
-		if err != nil {
-			return err
-		}
-		if out, err = collect(rows, out, scanMessage); err != nil {
-			return err
-		}
-		if len(out) == 0 {
-			return sessionExists(ctx, q, sessionID)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return listInSession(ctx, p, "list messages after", sessionID, scanMessage, pgListAfterSQL, sessionID, i64(afterID), limit)
 }

@@ -122,6 +122,29 @@ func sessionExists(ctx context.Context, q pgq, id string) error {
 }
 
 // collect appends every row scanned by scan to out.
+// listInSession runs one query over a session's rows and scans them; an empty answer is ErrNotFound
+// when the session itself does not exist.
+func listInSession[T any](ctx context.Context, p *PG, op, sessionID string, scan func(pgx.Row) (T, error), sql string, args ...any) ([]T, error) {
+	var out []T
+	err := p.q(ctx, op, func(q pgq) error {
+		rows, err := q.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		if out, err = collect(rows, []T{}, scan); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return sessionExists(ctx, q, sessionID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func collect[T any](rows pgx.Rows, out []T, scan func(pgx.Row) (T, error)) ([]T, error) {
 	defer rows.Close()
 	for rows.Next() {
@@ -229,24 +252,7 @@ func (p *PG) GetMessage(ctx context.Context, id uint64) (Message, error) {
 // ListMessages returns a session's messages in ascending id order; an unknown session is
 // ErrNotFound.
 func (p *PG) ListMessages(ctx context.Context, sessionID string) ([]Message, error) {
-	out := []Message{}
-	err := p.q(ctx, "list messages", func(q pgq) error {
-		rows, err := q.Query(ctx, `SELECT `+pgMessageCols+` FROM messages WHERE session_id = $1 ORDER BY id`, sessionID)
-		if err != nil {
-			return err
-		}
-		if out, err = collect(rows, out, scanMessage); err != nil {
-			return err
-		}
-		if len(out) == 0 {
-			return sessionExists(ctx, q, sessionID)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return listInSession(ctx, p, "list messages", sessionID, scanMessage, `SELECT `+pgMessageCols+` FROM messages WHERE session_id = $1 ORDER BY id`, sessionID)
 }
 
 // ListMessagesBefore returns up to limit of a session's newest messages below beforeID (0: no
@@ -584,24 +590,7 @@ func (p *PG) GetRun(ctx context.Context, id string) (Run, error) {
 
 // ListRuns returns a session's runs, oldest StartedAt first (ties in creation order).
 func (p *PG) ListRuns(ctx context.Context, sessionID string) ([]Run, error) {
-	out := []Run{}
-	err := p.q(ctx, "list runs", func(q pgq) error {
-		rows, err := q.Query(ctx, `SELECT `+pgRunCols+` FROM runs WHERE session_id = $1 ORDER BY started_at, seq`, sessionID)
-		if err != nil {
-			return err
-		}
-		if out, err = collect(rows, out, scanRun); err != nil {
-			return err
-		}
-		if len(out) == 0 {
-			return sessionExists(ctx, q, sessionID)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return listInSession(ctx, p, "list runs", sessionID, scanRun, `SELECT `+pgRunCols+` FROM runs WHERE session_id = $1 ORDER BY started_at, seq`, sessionID)
 }
 
 // Dedup keys.
