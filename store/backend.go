@@ -89,6 +89,8 @@ type Backend interface {
 	UserBySession(ctx context.Context, token string) (User, error)
 	DeleteSession(ctx context.Context, token string) error
 	CreateWebSession(ctx context.Context, userID string, ttl time.Duration) (string, error)
+	// SetLanguage records the user's interface language (settings.go).
+	SetLanguage(ctx context.Context, userID, lang string) (User, error)
 
 	// Operators and the audit log (operators.go, audit.go): the role, the shares an operator may
 	// reach, and the append-only record of what operators and role changes did.

@@ -227,8 +227,8 @@ func copyKinds() []copyKind {
 			each: func(tx *bolt.Tx, fn func(string, []any, any) error) error {
 				return forEachJSON(tx.Bucket(bucketUsers), func(_ []byte, u User) error {
 					u.CreatedAt = canonTime(u.CreatedAt)
-					return fn(`INSERT INTO users (id, name, name_key, created_at, operator) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`,
-						[]any{u.ID, u.Name, strings.ToLower(u.Name), u.CreatedAt, u.Operator}, u)
+					return fn(`INSERT INTO users (id, name, name_key, created_at, operator, language) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+						[]any{u.ID, u.Name, strings.ToLower(u.Name), u.CreatedAt, u.Operator, u.Language}, u)
 				})
 			},
 			target: func(ctx context.Context, q pgq, fn func(any) error) error {

@@ -13,11 +13,11 @@ import (
 // Users, credentials, shares, operators and the audit log on PostgreSQL. Each method keeps the
 // contract documented on its bbolt twin (users.go, logins.go, shares.go, operators.go, audit.go).
 
-const pgUserCols = `id, name, created_at, operator`
+const pgUserCols = `id, name, created_at, operator, language`
 
 func scanUser(row pgx.Row) (User, error) {
 	var u User
-	if err := row.Scan(&u.ID, &u.Name, &u.CreatedAt, &u.Operator); err != nil {
+	if err := row.Scan(&u.ID, &u.Name, &u.CreatedAt, &u.Operator, &u.Language); err != nil {
 		return User{}, err
 	}
 	u.CreatedAt = utc(u.CreatedAt)
@@ -68,7 +68,7 @@ func (p *PG) UserByToken(ctx context.Context, token string) (User, error) {
 			return fmt.Errorf("user token: %w", ErrNotFound)
 		}
 		var err error
-		u, err = scanUser(q.QueryRow(ctx, `SELECT u.id, u.name, u.created_at, u.operator FROM user_tokens t
+		u, err = scanUser(q.QueryRow(ctx, `SELECT u.id, u.name, u.created_at, u.operator, u.language FROM user_tokens t
 			JOIN users u ON u.id = t.user_id WHERE t.token_hash = $1`, hashToken(token)))
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The token itself never goes into an error message or a log.
@@ -124,7 +124,7 @@ func (p *PG) UserByName(ctx context.Context, name string) (User, error) {
 func (p *PG) ListUsers(ctx context.Context) ([]UserInfo, error) {
 	var out []UserInfo
 	err := p.q(ctx, "list users", func(q pgq) error {
-		rows, err := q.Query(ctx, `SELECT u.id, u.name, u.created_at, u.operator,
+		rows, err := q.Query(ctx, `SELECT u.id, u.name, u.created_at, u.operator, u.language,
 			EXISTS (SELECT 1 FROM user_tokens t WHERE t.user_id = u.id),
 			(SELECT count(*) FROM web_sessions w WHERE w.user_id = u.id AND w.expires_at > $1)
 			FROM users u ORDER BY u.name_key COLLATE "C"`, p.nowUTC())
@@ -133,7 +133,7 @@ func (p *PG) ListUsers(ctx context.Context) ([]UserInfo, error) {
 		}
 		out, err = collect(rows, out, func(row pgx.Row) (UserInfo, error) {
 			var ui UserInfo
-			err := row.Scan(&ui.ID, &ui.Name, &ui.CreatedAt, &ui.Operator, &ui.Active, &ui.WebSessions)
+			err := row.Scan(&ui.ID, &ui.Name, &ui.CreatedAt, &ui.Operator, &ui.Language, &ui.Active, &ui.WebSessions)
 			ui.CreatedAt = utc(ui.CreatedAt)
 			return ui, err
 		})
@@ -531,7 +531,7 @@ func (p *PG) ListAllShares(ctx context.Context) ([]OperatorShare, error) {
 	err := p.q(ctx, "list all shares", func(q pgq) error {
 		rows, err := q.Query(ctx, `SELECT sh.token_hash, sh.session_id, sh.owner_id, sh.watermark, sh.created_at,
 			s.id, s.user_id, s.channel, s.title, s.created_at, s.updated_at,
-			u.id, u.name, u.created_at, u.operator
+			u.id, u.name, u.created_at, u.operator, u.language
 			FROM shares sh LEFT JOIN sessions s ON s.id = sh.session_id LEFT JOIN users u ON u.id = sh.owner_id
 			ORDER BY sh.created_at DESC, sh.token_hash COLLATE "C"`)
 		if err != nil {
@@ -545,12 +545,13 @@ func (p *PG) ListAllShares(ctx context.Context) ([]OperatorShare, error) {
 				uid, name *string
 				created   *time.Time
 				op        *bool
+				language  *string
 			)
 			dest := append([]any{&e.TokenHash, &e.SessionID, &e.OwnerID, &wm, &e.CreatedAt}, ns.dest()...)
-			err := row.Scan(append(dest, &uid, &name, &created, &op)...)
+			err := row.Scan(append(dest, &uid, &name, &created, &op, &language)...)
 			e.Watermark, e.CreatedAt, e.Session = uint64(wm), utc(e.CreatedAt), ns.session()
 			if uid != nil {
-				e.Owner = User{ID: *uid, Name: *name, CreatedAt: utcPtr(created), Operator: *op}
+				e.Owner = User{ID: *uid, Name: *name, CreatedAt: utcPtr(created), Operator: *op, Language: *language}
 			}
 			return e, err
 		})

@@ -128,6 +128,9 @@ type User struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// Operator users review what others shared (the operator console, see operators.go).
 	Operator bool `json:"operator,omitempty"`
+	// Language is the interface language the user chose (LangZH or LangEN); empty follows the
+	// browser's Accept-Language. See settings.go.
+	Language string `json:"language,omitempty"`
 }
 
 // Share is a read-only link to a session frozen at Watermark (the last message id at creation).

@@ -39,6 +39,9 @@ func fillBolt(t *testing.T) boltFixture {
 	alice, token, err := st.CreateUser(ctx, "Alice")
 	require.NoError(t, err)
 	f.token = token
+	// Alice chose English: the copy carries the interface language with the user.
+	_, err = st.SetLanguage(ctx, alice.ID, store.LangEN)
+	require.NoError(t, err)
 	_, _, err = st.CreateUserRole(ctx, "op", true, store.Actor{Name: "cli:test"})
 	require.NoError(t, err)
 	_, _, err = st.CreateLoginCode(ctx, alice.ID, time.Minute)
@@ -126,6 +129,7 @@ func TestStoreCopyIdempotentResumableVerified(t *testing.T) {
 	u, err := dst.UserByToken(ctx, f.token)
 	require.NoError(t, err)
 	assert.Equal(t, "Alice", u.Name)
+	assert.Equal(t, store.LangEN, u.Language)
 	sh, err := dst.GetShare(ctx, f.shareToken)
 	require.NoError(t, err)
 	assert.Equal(t, f.sessions[0], sh.SessionID)

@@ -89,6 +89,7 @@ var tests = []struct {
 	{"CreateUserAndTokenLookup", testCreateUserAndTokenLookup},
 	{"CreateUserNameRules", testCreateUserNameRules},
 	{"UsersSurviveReopen", testUsersSurviveReopen},
+	{"UserLanguage", testUserLanguage},
 	{"DeleteChat", testDeleteChat},
 	{"SearchSessions", testSearchSessions},
 	{"SearchEscapesAndCase", testSearchEscapesAndCase},
