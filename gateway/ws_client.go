@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,23 +26,26 @@ const (
 )
 
 type outFrame struct {
+	// data is the encoded frame, shared by every connection the frame goes to. It is nil only for
+	// an answer.delta whose text was joined on this connection; that one is encoded when written.
 	data []byte
 	// delta, when set, is an answer.delta the write pump has not taken yet: later text of the same
-	// run joins it instead of becoming a frame of its own (see enqueueDelta); it is encoded when
-	// written, and data is unused.
+	// run joins it instead of becoming a frame of its own (see enqueueDelta).
 	delta *pendingDelta
 }
 
-// pendingDelta is the pending text of consecutive answer.delta events of one run.
+// pendingDelta is the text of one or more answer.delta frames of one run. A pendingDelta that
+// came with encoded data is shared between connections and never changed; joining text makes a
+// copy of the connection's own.
 type pendingDelta struct {
 	sessionID, runID string
-	text             []byte
-	ats              []time.Time // when each joined event happened, for the latency histogram
+	text             string
+	ats              []time.Time // when the oldest text of each joined frame happened, for the latency histogram
 }
 
 // encode is the frame exactly as the hub encodes any other (wsFrame's field names and order).
 func (d *pendingDelta) encode() ([]byte, error) {
-	return json.Marshal(&wsFrame{Type: "answer.delta", SessionID: d.sessionID, RunID: d.runID, Text: string(d.text)})
+	return json.Marshal(&wsFrame{Type: "answer.delta", SessionID: d.sessionID, RunID: d.runID, Text: d.text})
 }
 
 // client is one websocket connection, after gorilla/websocket's chat example: producers (the hub,
@@ -105,13 +109,13 @@ func (c *client) enqueue(f outFrame) bool {
 	return c.pushLocked(f, len(f.data))
 }
 
-// enqueueDelta queues an answer.delta's text. When the newest frame still waiting in the queue is an
-// answer.delta of the same run, the text joins it: the client receives the same text in fewer
-// frames (DESIGN §5 promises the text, not one frame per model chunk; joined marker-free pieces of
-// the Stripper's output are still marker-free), and a connection that falls behind catches up with
-// one write instead of hundreds. It reports whether the text was queued and whether it joined a
-// waiting frame (the write pump is then already due to run).
-func (c *client) enqueueDelta(sessionID, runID, text string, at time.Time) (queued, joined bool) {
+// enqueueDelta queues an answer.delta frame (d, encoded as data). When the newest frame still
+// waiting in the queue is an answer.delta of the same run, the text joins it: the client receives
+// the same text in fewer frames (DESIGN §5 promises the text, not one frame per model chunk;
+// joined marker-free pieces of the Stripper's output are still marker-free), and a connection that
+// falls behind catches up with one write instead of many. It reports whether the text was queued
+// and whether it joined a waiting frame (the write pump is then already due to run).
+func (c *client) enqueueDelta(d *pendingDelta, data []byte) (queued, joined bool) {
 	select {
 	case <-c.done:
 		return false, false
@@ -123,21 +127,25 @@ func (c *client) enqueueDelta(sessionID, runID, text string, at time.Time) (queu
 		return false, false
 	}
 	if n := len(c.queue); n > 0 {
-		if d := c.queue[n-1].delta; d != nil && d.runID == runID && d.sessionID == sessionID {
-			if c.qBytes+len(text) > maxQueuedBytes {
+		if w := c.queue[n-1].delta; w != nil && w.runID == d.runID && w.sessionID == d.sessionID {
+			if c.qBytes+len(d.text) > maxQueuedBytes {
 				c.mu.Unlock()
 				c.dropSlow()
 				return false, false
 			}
-			d.text = append(d.text, text...)
-			d.ats = append(d.ats, at)
-			c.qBytes += len(text)
+			if c.queue[n-1].data != nil {
+				// Shared with other connections: join into a copy of this connection's own.
+				w = &pendingDelta{sessionID: w.sessionID, runID: w.runID, text: w.text, ats: slices.Clone(w.ats)}
+				c.queue[n-1] = outFrame{delta: w}
+			}
+			w.text += d.text
+			w.ats = append(w.ats, d.ats...)
+			c.qBytes += len(d.text)
 			c.mu.Unlock()
 			return true, true
 		}
 	}
-	d := &pendingDelta{sessionID: sessionID, runID: runID, text: []byte(text), ats: []time.Time{at}}
-	return c.pushLocked(outFrame{delta: d}, len(text)+len(sessionID)+len(runID)+64), false
+	return c.pushLocked(outFrame{data: data, delta: d}, len(data)), false
 }
 
 // dropSlow closes a client whose queue is full.
@@ -216,7 +224,7 @@ func (c *client) writePump() {
 				default:
 				}
 				data := f.data
-				if f.delta != nil {
+				if data == nil && f.delta != nil {
 					var err error
 					if data, err = f.delta.encode(); err != nil {
 						c.s.log.Error("encode websocket frame", "type", "answer.delta", "err", err)

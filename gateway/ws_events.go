@@ -32,6 +32,12 @@ func (h *hub) onEvent(ev agent.Event) {
 		ev.At = time.Now()
 	}
 	h.runs.track(ev)
+	h.deltas.event(ev)
+}
+
+// forward publishes a local run's event, its answer.delta text joined (ws_deltas.go), to the
+// other replicas and routes it to this replica's clients.
+func (h *hub) forward(ev agent.Event) {
 	h.s.bus.Publish(ev)
 	h.routeEvent(ev)
 }
@@ -201,9 +207,17 @@ func (h *hub) route(ev agent.Event, owner string, rec answerRecord) {
 		ok := ev.OK
 		f.CallID, f.Tool, f.OK = ev.CallID, ev.Tool, &ok
 	case agent.EventAnswerDelta:
+		// Encoded once for all the owner's connections; a connection whose previous delta of the
+		// run is still queued joins the text into it instead (ws_client.go).
+		d := &pendingDelta{sessionID: ev.SessionID, runID: ev.RunID, text: ev.Text, ats: []time.Time{ev.At}}
+		data, err := d.encode()
+		if err != nil {
+			h.s.log.Error("encode websocket frame", "type", "answer.delta", "err", err)
+			return
+		}
 		woke := false
 		for _, c := range cs {
-			if queued, joined := c.enqueueDelta(ev.SessionID, ev.RunID, ev.Text, ev.At); queued && !joined {
+			if queued, joined := c.enqueueDelta(d, data); queued && !joined {
 				woke = true
 			}
 		}

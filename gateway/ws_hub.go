@@ -58,6 +58,7 @@ type hub struct {
 	runs   *runTracker
 	lanes  *lanes
 	live   *liveAnswers // answers being streamed, rendered progressively (ws_progressive.go)
+	deltas *deltaJoiner // joins a local run's answer.delta text before it is routed (ws_deltas.go)
 }
 
 func newHub(s *Server, st wsStore, ag wsAgent, maxConns int) *hub {
@@ -68,6 +69,7 @@ func newHub(s *Server, st wsStore, ag wsAgent, maxConns int) *hub {
 		owners: newOwnerCache(), runs: newRunTracker(s.m)}
 	h.lanes = newLanes(h)
 	h.live = newLiveAnswers(h)
+	h.deltas = newDeltaJoiner(h.forward, s.cfg.Now, func() { s.recoverGo("websocket delta flush") })
 	return h
 }
 

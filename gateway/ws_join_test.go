@@ -19,11 +19,22 @@ func TestDeltasJoinWhileWaiting(t *testing.T) {
 	c := newClient(e.srv, store.User{ID: "u"}, "zh") // no write pump: everything stays queued
 	at := time.Now()
 	push := func(sess, run, text string) bool {
-		queued, joined := c.enqueueDelta(sess, run, text, at)
+		d := &pendingDelta{sessionID: sess, runID: run, text: text, ats: []time.Time{at}}
+		data, err := d.encode()
+		require.NoError(t, err)
+		queued, joined := c.enqueueDelta(d, data)
 		require.True(t, queued)
 		return joined
 	}
-	assert.False(t, push("s1", "r1", "电子"), "the first delta is a frame of its own")
+	// The first frame is shared with another connection's queue: joining must not change it.
+	shared := &pendingDelta{sessionID: "s1", runID: "r1", text: "电子", ats: []time.Time{at}}
+	sharedData, err := shared.encode()
+	require.NoError(t, err)
+	other := newClient(e.srv, store.User{ID: "u"}, "zh")
+	other.enqueueDelta(shared, sharedData)
+	queued, joined := c.enqueueDelta(shared, sharedData)
+	require.True(t, queued)
+	assert.False(t, joined, "the first delta is a frame of its own")
 	assert.True(t, push("s1", "r1", "发票"))
 	assert.True(t, push("s1", "r1", " <b>&"))
 	assert.False(t, push("s1", "r2", "x"), "another run's text does not join")
@@ -39,10 +50,19 @@ func TestDeltasJoinWhileWaiting(t *testing.T) {
 	want, err := json.Marshal(&wsFrame{Type: "answer.delta", SessionID: "s1", RunID: "r1", Text: "电子发票 <b>&"})
 	require.NoError(t, err)
 	assert.Equal(t, string(want), string(got))
-	assert.Len(t, queue[0].delta.ats, 3, "each joined event is observed in the latency histogram")
-	assert.Equal(t, "x", string(queue[1].delta.text))
+	assert.Nil(t, queue[0].data, "a joined frame is encoded when written")
+	assert.Len(t, queue[0].delta.ats, 3, "each joined frame is observed in the latency histogram")
+	assert.Equal(t, "x", queue[1].delta.text)
+	assert.NotNil(t, queue[1].data, "an unjoined frame keeps its shared encoding")
 	assert.Nil(t, queue[2].delta)
-	assert.Equal(t, "y", string(queue[3].delta.text))
+	assert.Equal(t, "y", queue[3].delta.text)
+
+	other.mu.Lock()
+	defer other.mu.Unlock()
+	require.Len(t, other.queue, 1)
+	assert.Equal(t, "电子", other.queue[0].delta.text, "the other connection's frame is unchanged")
+	assert.Equal(t, string(sharedData), string(other.queue[0].data))
+	assert.Len(t, other.queue[0].delta.ats, 1)
 }
 
 // TestJoinedDeltasCountAgainstTheQueue: text that joins a waiting frame is charged to the queue's
@@ -52,7 +72,10 @@ func TestJoinedDeltasCountAgainstTheQueue(t *testing.T) {
 	c := newClient(e.srv, store.User{ID: "u"}, "zh")
 	chunk := string(make([]byte, 64<<10))
 	for i := 0; ; i++ {
-		queued, _ := c.enqueueDelta("s", "r", chunk, time.Now())
+		d := &pendingDelta{sessionID: "s", runID: "r", text: chunk, ats: []time.Time{time.Now()}}
+		data, err := d.encode()
+		require.NoError(t, err)
+		queued, _ := c.enqueueDelta(d, data)
 		if !queued {
 			break
 		}

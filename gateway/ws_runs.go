@@ -44,6 +44,9 @@ func (t *runTracker) finalContent(ev agent.Event) (string, bool) {
 
 // track updates the run's state and, at run.finished, the metrics.
 func (t *runTracker) track(ev agent.Event) {
+	if ev.Type == agent.EventAnswerDelta {
+		return // the most frequent event, and none of the tracker's business
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch ev.Type {
