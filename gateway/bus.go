@@ -20,6 +20,10 @@ type Bus interface {
 	Publish(ev agent.Event)
 	// PublishCancel asks the other replicas to cancel the session's running run. It never blocks.
 	PublishCancel(sessionID string)
+	// PublishUserFrame hands the other replicas an encoded websocket frame for every client of the
+	// user there (what a user's other tabs learn outside any run: a session created, renamed or
+	// deleted). It never blocks.
+	PublishUserFrame(userID string, frame []byte)
 	// Run delivers the other replicas' events and cancel requests to h until ctx ends.
 	Run(ctx context.Context, h BusHandler) error
 	// Shared reports whether other replicas may exist, i.e. whether events and cancels must be
@@ -32,6 +36,7 @@ type Bus interface {
 type BusHandler interface {
 	RemoteEvent(ev agent.Event)
 	RemoteCancel(sessionID string)
+	RemoteUserFrame(userID string, frame []byte)
 }
 
 // LocalBus is the Bus of a single process: nothing to publish, nothing to receive.
@@ -42,6 +47,9 @@ func (LocalBus) Publish(agent.Event) {}
 
 // PublishCancel does nothing: the local agent is the only one.
 func (LocalBus) PublishCancel(string) {}
+
+// PublishUserFrame does nothing: the user's clients are all here.
+func (LocalBus) PublishUserFrame(string, []byte) {}
 
 // Run waits for ctx to end.
 func (LocalBus) Run(ctx context.Context, _ BusHandler) error {

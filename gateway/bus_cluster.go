@@ -54,11 +54,15 @@ func (c *clusterAgent) Cancel(sessionID string) bool {
 	return true
 }
 
-// busReceiver is the Server's BusHandler: remote events go to the hub, remote cancels to the local
-// agent (never back to the bus).
+// busReceiver is the Server's BusHandler: remote events and user frames go to the hub, remote
+// cancels to the local agent (never back to the bus).
 type busReceiver struct{ s *Server }
 
 func (r busReceiver) RemoteEvent(ev agent.Event) { r.s.hub.onRemote(ev) }
+
+func (r busReceiver) RemoteUserFrame(userID string, frame []byte) {
+	r.s.hub.onRemoteUserFrame(userID, frame)
+}
 
 func (r busReceiver) RemoteCancel(sessionID string) {
 	if r.s.ag.Cancel(sessionID) {

@@ -103,6 +103,20 @@ func (b *packetBus) PublishCancel(sessionID string) {
 	}
 }
 
+// PublishUserFrame queues a websocket frame for every client of the user on the other replicas.
+// A frame too large for a packet is dropped (counted and logged): the frames sent this way are a
+// session's title and id, far below the bound.
+func (b *packetBus) PublishUserFrame(userID string, frame []byte) {
+	if userID == "" || len(userID)+len(frame) > maxUserFrameBytes {
+		b.m.dropped.Inc()
+		b.log.Warn("event bus: user frame not published (no user, or too large)", "bytes", len(frame))
+		return
+	}
+	if !b.out.push(busItem{user: &userFrame{User: userID, Frame: frame}}) {
+		b.m.dropped.Inc()
+	}
+}
+
 // Run publishes the outbox and delivers other replicas' packets to h until ctx ends; it returns nil
 // then. Only one Run may be active.
 func (b *packetBus) Run(ctx context.Context, h BusHandler) error {
@@ -119,7 +133,7 @@ func (b *packetBus) Run(ctx context.Context, h BusHandler) error {
 	un := newUnpacker(b.replica, b.now)
 	deliver := func(payload []byte) {
 		gaps := un.gaps
-		evs, cancels, err := un.unpack(payload)
+		got, err := un.unpack(payload)
 		if d := un.gaps - gaps; d > 0 {
 			b.m.lost.Add(float64(d))
 			b.log.Warn("event bus: missed packets of another replica; its clients here may miss live updates", "packets", d)
@@ -128,11 +142,14 @@ func (b *packetBus) Run(ctx context.Context, h BusHandler) error {
 			b.log.Warn("event bus: malformed packet ignored", "err", err)
 			return
 		}
-		for _, ev := range evs {
+		for _, uf := range got.users {
+			h.RemoteUserFrame(uf.User, uf.Frame)
+		}
+		for _, ev := range got.events {
 			b.m.received.Inc()
 			h.RemoteEvent(ev)
 		}
-		for _, sid := range cancels {
+		for _, sid := range got.cancels {
 			h.RemoteCancel(sid)
 		}
 	}

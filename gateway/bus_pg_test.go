@@ -20,7 +20,15 @@ type collector struct {
 	mu      sync.Mutex
 	events  []agent.Event
 	cancels []string
+	users   []userFrame
 	changed chan struct{}
+}
+
+func (c *collector) RemoteUserFrame(userID string, frame []byte) {
+	c.mu.Lock()
+	c.users = append(c.users, userFrame{User: userID, Frame: frame})
+	c.mu.Unlock()
+	c.poke()
 }
 
 func newCollector() *collector { return &collector{changed: make(chan struct{}, 1)} }
@@ -114,14 +122,23 @@ func TestPGBusCarriesEventsBetweenReplicas(t *testing.T) {
 	emit(agent.Event{Type: agent.EventRunFinished, Phase: store.PhaseCompleted})
 	a.Publish(agent.Event{Type: agent.EventRunFinished, SessionID: "chat", RunID: "r2", Channel: "wechat"}) // not a desktop run
 	a.PublishCancel("s7")
+	a.PublishUserFrame("u1", []byte(`{"type":"session.updated","sessionId":"s1","session":{"title":"新标题"}}`))
+	a.PublishUserFrame("u1", []byte(`{"type":"session.updated","sessionId":"s1","session":{"title":"`+strings.Repeat("长", 3000)+`"}}`)) // too large: dropped
 
 	atB.waitFor(t, func(evs []agent.Event, cancels []string) bool {
-		return len(cancels) == 1 && len(evs) > 0 && evs[len(evs)-1].Type == agent.EventRunFinished
+		// (cond runs with atB.mu held)
+		return len(cancels) == 1 && len(atB.users) == 1 && len(evs) > 0 && evs[len(evs)-1].Type == agent.EventRunFinished
 	})
 	atB.mu.Lock()
 	evs, cancels := atB.events, atB.cancels
 	atB.mu.Unlock()
 	assert.Equal(t, []string{"s7"}, cancels)
+	atB.mu.Lock()
+	users := atB.users
+	atB.mu.Unlock()
+	require.Len(t, users, 1, "the user frame arrives; the oversized one is dropped")
+	assert.Equal(t, "u1", users[0].User)
+	assert.JSONEq(t, `{"type":"session.updated","sessionId":"s1","session":{"title":"新标题"}}`, string(users[0].Frame))
 	var got strings.Builder
 	var kinds []agent.EventType
 	for _, e := range evs {

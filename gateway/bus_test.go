@@ -299,3 +299,52 @@ func TestRunOriginRoundTrip(t *testing.T) {
 	want.Text, want.Ref = "", nil // an object Ref needs the channel's RefDecoder
 	assert.Equal(t, want, got)
 }
+
+// What a user's other tabs learn outside any run reaches them on every replica: a session created
+// by chat.send on A (the sender's clientMsgId with it), renamed through A's API, deleted through
+// B's. Another user hears nothing, and after the deletion replica A refuses the deleted session
+// like any unknown one (its cached owner is forgotten).
+func TestBusUserFramesReachEveryReplica(t *testing.T) {
+	rs := newReplicas(t, 2, func() *scriptedModel {
+		return &scriptedModel{answer: func(string, []string) string { return "好的[^1^]" }}
+	})
+	a, b := rs[0], rs[1]
+	_, tok := a.env.user("alice")
+	_, bobTok := a.env.user("bob")
+	onA, onB, bobOnB := a.env.mustWS(tok), b.env.mustWS(tok), b.env.mustWS(bobTok)
+
+	onA.send(map[string]any{"type": "chat.send", "text": "新的问题", "clientMsgId": "m-1"})
+	createdB := onB.until("session.created")
+	created := createdB[len(createdB)-1]
+	assert.Equal(t, "m-1", created["clientMsgId"])
+	sid, _ := created["sessionId"].(string)
+	require.NotEmpty(t, sid)
+	assert.Equal(t, "新的问题", created["session"].(map[string]any)["title"])
+	onB.until("run.finished")
+	onA.until("run.finished")
+
+	status, _, body := a.env.do("PATCH", "/api/sessions/"+sid, tok, strings.NewReader(`{"title":"改过的标题"}`))
+	require.Equal(t, 200, status, body)
+	upd := onB.until("session.updated")
+	assert.Equal(t, sid, upd[len(upd)-1]["sessionId"])
+	assert.Equal(t, "改过的标题", upd[len(upd)-1]["session"].(map[string]any)["title"])
+	onA.until("session.updated")
+
+	// Replica A learns the owner of the session first (a client of its own sent into it).
+	onA.send(map[string]any{"type": "session.open", "sessionId": sid})
+	onA.until("session.history")
+	status, _, body = b.env.do("DELETE", "/api/sessions/"+sid, tok, nil)
+	require.Equal(t, 200, status, body)
+	del := onA.until("session.deleted")
+	assert.Equal(t, sid, del[len(del)-1]["sessionId"])
+	onB.until("session.deleted")
+	onA.send(map[string]any{"type": "chat.send", "sessionId": sid, "text": "还在吗", "clientMsgId": "m-2"})
+	f := onA.next()
+	assert.Equal(t, "error", f["type"], "%v", f)
+	assert.Equal(t, "not_found", f["code"], "%v", f)
+
+	// Bob, on B all along, got none of alice's frames.
+	bobOnB.send(map[string]any{"type": "session.open", "sessionId": "no-such-session"})
+	bf := bobOnB.next()
+	assert.Equal(t, "error", bf["type"], "bob's first frame is the answer to his own request: %v", bf)
+}

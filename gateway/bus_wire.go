@@ -16,7 +16,12 @@ import (
 // The bus wire format: one packet per notification, JSON, at most maxPacketBytes (PostgreSQL caps
 // a NOTIFY payload at 8000 bytes). A packet carries a batch of events and cancel requests:
 //
-//	{"r":"<replica>","q":<seq>,"e":[<event>,…],"c":["<session id>",…]}
+//	{"r":"<replica>","q":<seq>,"u":[{"u":"<user id>","f":<frame>},…],"e":[<event>,…],"c":["<session id>",…]}
+//
+// "u" are websocket frames for every client of one user wherever it is connected (session.created,
+// session.updated, session.deleted: what a user's other tabs learn outside any run, bus_user.go);
+// a receiver delivers them before the packet's events, and a packer never puts a user frame after
+// an event in one packet, so publication order holds.
 //
 // or one fragment of an event too large for a packet (a tool call's long arguments, a long error):
 //
@@ -57,6 +62,7 @@ type wireEvent struct {
 type busPacket struct {
 	Replica string            `json:"r"`
 	Seq     uint64            `json:"q"`
+	Users   []json.RawMessage `json:"u,omitempty"`
 	Events  []json.RawMessage `json:"e,omitempty"`
 	Cancel  []string          `json:"c,omitempty"`
 	Frag    *busFragment      `json:"f,omitempty"`
@@ -69,11 +75,21 @@ type busFragment struct {
 	Data  []byte `json:"d"`
 }
 
-// busItem is one queued publication: an event, or a cancel request when ev is nil.
+// busItem is one queued publication: an event, a user frame, or else a cancel request.
 type busItem struct {
 	ev     *agent.Event
+	user   *userFrame
 	cancel string
 }
+
+// userFrame is a websocket frame for every client of one user, already encoded.
+type userFrame struct {
+	User  string          `json:"u"`
+	Frame json.RawMessage `json:"f"`
+}
+
+// maxUserFrameBytes bounds a user frame with its user id, so that it always fits a packet.
+const maxUserFrameBytes = maxPacketBytes - packetOverhead - 32
 
 // outbox queues publications without blocking the run that makes them. Consecutive answer.delta
 // events of a run merge while they wait, so a slow broker sees fewer, larger deltas instead of a
@@ -158,7 +174,7 @@ func (p *packer) pack(items []busItem) ([][]byte, error) {
 	cur := busPacket{Replica: p.replica}
 	size := packetOverhead
 	flush := func() error {
-		if len(cur.Events) == 0 && len(cur.Cancel) == 0 {
+		if len(cur.Events) == 0 && len(cur.Cancel) == 0 && len(cur.Users) == 0 {
 			return nil
 		}
 		p.seq++
@@ -183,6 +199,22 @@ func (p *packer) pack(items []busItem) ([][]byte, error) {
 		return nil
 	}
 	for _, it := range items {
+		if it.user != nil {
+			raw, err := marshalNoEscape(it.user)
+			if err != nil {
+				return nil, fmt.Errorf("bus: encode user frame: %w", err)
+			}
+			// Receivers deliver a packet's user frames before its events: one that follows an
+			// event starts a new packet.
+			if len(cur.Events) > 0 || size+len(raw)+1 > maxPacketBytes {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+			}
+			cur.Users = append(cur.Users, raw)
+			size += len(raw) + 1
+			continue
+		}
 		if it.ev == nil {
 			if len(it.cancel)+size+4 > maxPacketBytes {
 				if err := flush(); err != nil {
@@ -321,23 +353,30 @@ func newUnpacker(self string, now func() time.Time) *unpacker {
 	return &unpacker{self: self, senders: make(map[string]*senderState), now: now}
 }
 
-// unpack decodes one notification payload. It returns the events (desktop run events, Channel
-// set) and the cancel requests it completes; a packet of this replica yields nothing. A payload
-// that is not a packet is an error wrapping errBadPacket and changes no state; an event of a packet
-// that does not decode is skipped and counted in bad.
-func (u *unpacker) unpack(payload []byte) ([]agent.Event, []string, error) {
+// unpacked is what one notification completes, in the order a receiver delivers it.
+type unpacked struct {
+	users   []userFrame   // frames for a user's clients
+	events  []agent.Event // desktop run events, Channel set
+	cancels []string      // session ids whose run is to be cancelled
+}
+
+// unpack decodes one notification payload. It returns the user frames, events and cancel requests
+// it completes; a packet of this replica yields nothing. A payload that is not a packet is an error
+// wrapping errBadPacket and changes no state; an event or user frame of a packet that does not
+// decode is skipped and counted in bad.
+func (u *unpacker) unpack(payload []byte) (unpacked, error) {
 	var p busPacket
 	if err := json.Unmarshal(payload, &p); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errBadPacket, err)
+		return unpacked{}, fmt.Errorf("%w: %v", errBadPacket, err)
 	}
 	if p.Replica == "" || len(p.Replica) > maxReplicaIDBytes || p.Seq == 0 {
-		return nil, nil, fmt.Errorf("%w: no replica or sequence", errBadPacket)
+		return unpacked{}, fmt.Errorf("%w: no replica or sequence", errBadPacket)
 	}
 	if p.Frag != nil && (p.Frag.Count < 1 || p.Frag.Count > maxFragments || p.Frag.Index < 0 || p.Frag.Index >= p.Frag.Count || len(p.Frag.Data) > maxPacketBytes) {
-		return nil, nil, fmt.Errorf("%w: fragment %d of %d", errBadPacket, p.Frag.Index, p.Frag.Count)
+		return unpacked{}, fmt.Errorf("%w: fragment %d of %d", errBadPacket, p.Frag.Index, p.Frag.Count)
 	}
 	if p.Replica == u.self {
-		return nil, nil, nil
+		return unpacked{}, nil
 	}
 	st := u.senders[p.Replica]
 	if st == nil {
@@ -348,7 +387,7 @@ func (u *unpacker) unpack(payload []byte) ([]agent.Event, []string, error) {
 		u.senders[p.Replica] = st
 	}
 	if p.Seq <= st.seq {
-		return nil, nil, nil // a duplicate or a replayed packet
+		return unpacked{}, nil // a duplicate or a replayed packet
 	}
 	if p.Seq != st.seq+1 {
 		u.gaps += p.Seq - st.seq - 1
@@ -366,12 +405,12 @@ func (u *unpacker) unpack(payload []byte) ([]agent.Event, []string, error) {
 		case st.frag == nil || st.frag.ID != f.ID || st.frag.Count != f.Count || len(st.parts) != f.Index:
 			// The beginning of this series was lost.
 			st.frag, st.parts = nil, nil
-			return nil, nil, nil
+			return unpacked{}, nil
 		default:
 			st.parts = append(st.parts, f.Data)
 		}
 		if len(st.parts) < f.Count {
-			return nil, nil, nil
+			return unpacked{}, nil
 		}
 		raws = []json.RawMessage{bytes.Join(st.parts, nil)}
 		st.frag, st.parts = nil, nil
@@ -400,5 +439,16 @@ func (u *unpacker) unpack(payload []byte) ([]agent.Event, []string, error) {
 			cancels = append(cancels, sid)
 		}
 	}
-	return evs, cancels, nil
+	var users []userFrame
+	if p.Frag == nil {
+		for _, raw := range p.Users {
+			var uf userFrame
+			if err := json.Unmarshal(raw, &uf); err != nil || uf.User == "" || len(uf.Frame) == 0 || uf.Frame[0] != '{' {
+				u.bad++
+				continue
+			}
+			users = append(users, uf)
+		}
+	}
+	return unpacked{users: users, events: evs, cancels: cancels}, nil
 }

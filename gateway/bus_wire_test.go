@@ -35,9 +35,9 @@ func roundTrip(t *testing.T, items []busItem) ([]agent.Event, []string, [][]byte
 	var cancels []string
 	for _, pk := range packets {
 		require.LessOrEqual(t, len(pk), maxPacketBytes, "a packet fits a NOTIFY payload")
-		e, c, err := u.unpack(pk)
+		got, err := u.unpack(pk)
 		require.NoError(t, err)
-		evs, cancels = append(evs, e...), append(cancels, c...)
+		evs, cancels = append(evs, got.events...), append(cancels, got.cancels...)
 	}
 	assert.Zero(t, u.gaps)
 	return evs, cancels, packets
@@ -138,16 +138,16 @@ func TestUnpackSkipsOwnDuplicatesAndCountsGaps(t *testing.T) {
 		packets = append(packets, pk...)
 	}
 	own := newUnpacker("a", time.Now)
-	evs, _, err := own.unpack(packets[0])
+	own0, err := own.unpack(packets[0])
 	require.NoError(t, err)
-	assert.Empty(t, evs, "a replica ignores its own packets")
+	assert.Empty(t, own0.events, "a replica ignores its own packets")
 
 	u := newUnpacker("b", time.Now)
 	got := ""
 	for _, i := range []int{0, 0, 2, 1, 3} { // a duplicate, a gap, a late packet
-		evs, _, err := u.unpack(packets[i])
+		up, err := u.unpack(packets[i])
 		require.NoError(t, err)
-		for _, e := range evs {
+		for _, e := range up.events {
 			got += e.Text
 		}
 	}
@@ -155,9 +155,47 @@ func TestUnpackSkipsOwnDuplicatesAndCountsGaps(t *testing.T) {
 	assert.Equal(t, uint64(1), u.gaps)
 
 	for _, bad := range []string{``, `[]`, `{"r":"","q":1}`, `{"r":"x","q":0}`, `{"r":"x","q":1,"f":{"id":1,"i":3,"n":2,"d":""}}`, `{"r":"x","q":1,"f":{"id":1,"i":0,"n":100000,"d":""}}`} {
-		_, _, err := u.unpack([]byte(bad))
+		_, err := u.unpack([]byte(bad))
 		assert.ErrorIs(t, err, errBadPacket, bad)
 	}
+}
+
+// User frames keep their place among events: a packet's user frames are delivered before its
+// events, so the packer starts a new packet for a user frame that follows an event.
+func TestPackKeepsUserFramesInOrder(t *testing.T) {
+	frame := func(typ, sid string) busItem {
+		return busItem{user: &userFrame{User: "u1", Frame: json.RawMessage(`{"type":"` + typ + `","sessionId":"` + sid + `"}`)}}
+	}
+	started := ev(agent.EventRunStarted, "r1")
+	items := []busItem{frame("session.created", "s-r1"), {ev: &started}, delta("r1", "a"), frame("session.updated", "s-r1"), delta("r1", "b"), frame("session.deleted", "s-r1")}
+	p := packer{replica: "a"}
+	packets, err := p.pack(items)
+	require.NoError(t, err)
+	u := newUnpacker("b", time.Now)
+	var order []string
+	for _, pk := range packets {
+		up, err := u.unpack(pk)
+		require.NoError(t, err)
+		for _, uf := range up.users {
+			assert.Equal(t, "u1", uf.User)
+			var f struct{ Type string }
+			require.NoError(t, json.Unmarshal(uf.Frame, &f))
+			order = append(order, f.Type)
+		}
+		for _, e := range up.events {
+			order = append(order, string(e.Type)+":"+e.Text)
+		}
+	}
+	assert.Equal(t, []string{"session.created", "run.started:", "answer.delta:a", "session.updated", "answer.delta:b", "session.deleted"}, order)
+	assert.Len(t, packets, 3, "a packet per run of frames that follow events")
+
+	// A user frame that cannot be a JSON object is skipped and counted; the packet's others arrive.
+	bad := []byte(`{"r":"c","q":1,"u":[{"u":"u1","f":"x"},{"u":"","f":{"type":"session.deleted"}},{"u":"u2","f":{"type":"session.deleted","sessionId":"s"}}]}`)
+	up, err := u.unpack(bad)
+	require.NoError(t, err)
+	require.Len(t, up.users, 1)
+	assert.Equal(t, "u2", up.users[0].User)
+	assert.Equal(t, uint64(2), u.bad)
 }
 
 func TestUnpackDropsAFragmentSeriesWithAHole(t *testing.T) {
@@ -173,9 +211,9 @@ func TestUnpackDropsAFragmentSeriesWithAHole(t *testing.T) {
 		if i == 1 {
 			continue // lost
 		}
-		evs, _, err := u.unpack(pk)
+		up, err := u.unpack(pk)
 		require.NoError(t, err)
-		got = append(got, evs...)
+		got = append(got, up.events...)
 	}
 	require.Len(t, got, 1, "the broken series is dropped, the next event still arrives")
 	assert.Equal(t, "after", got[0].Text)
@@ -186,7 +224,8 @@ func FuzzBusUnpack(f *testing.F) {
 	p := packer{replica: "a"}
 	tool := ev(agent.EventToolStarted, "r1")
 	tool.Arguments = strings.Repeat("z", fragmentBytes+10)
-	packets, err := p.pack([]busItem{delta("r1", "hello"), {ev: &tool}, {cancel: "s1"}})
+	packets, err := p.pack([]busItem{delta("r1", "hello"), {ev: &tool}, {cancel: "s1"},
+		{user: &userFrame{User: "u1", Frame: json.RawMessage(`{"type":"session.deleted","sessionId":"s1"}`)}}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -196,16 +235,22 @@ func FuzzBusUnpack(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		u := newUnpacker("b", time.Now)
 		for range 2 {
-			evs, cancels, err := u.unpack(data)
+			up, err := u.unpack(data)
 			if err != nil {
 				continue
+			}
+			evs := up.events
+			for _, uf := range up.users {
+				if uf.User == "" || !json.Valid(uf.Frame) || uf.Frame[0] != '{' {
+					t.Fatalf("unpack let through user frame %+v", uf)
+				}
 			}
 			for _, e := range evs {
 				if e.SessionID == "" || e.RunID == "" || e.Channel != "desktop" {
 					t.Fatalf("unpack let through %+v", e)
 				}
 			}
-			for _, c := range cancels {
+			for _, c := range up.cancels {
 				if c == "" {
 					t.Fatal("empty cancel")
 				}

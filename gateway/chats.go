@@ -18,7 +18,7 @@ import (
 const maxTitleRunes = 120
 
 // handleRenameSession is PATCH /api/sessions/{id} {"title"}. The user's other tabs learn the new
-// title from a session.updated frame.
+// title from a session.updated frame, on whichever replica they are connected.
 func (s *Server) handleRenameSession(w http.ResponseWriter, r *http.Request, u store.User) error {
 	sess, err := s.ownedSession(r, u, r.PathValue("id"))
 	if err != nil {
@@ -42,14 +42,14 @@ func (s *Server) handleRenameSession(w http.ResponseWriter, r *http.Request, u s
 	}
 	sess.Title = title
 	sj := toSessionJSON(sess)
-	s.hub.toUser(u.ID, &wsFrame{Type: "session.updated", SessionID: sess.ID, Session: &sj})
+	s.toUserEverywhere(u.ID, &wsFrame{Type: "session.updated", SessionID: sess.ID, Session: &sj})
 	writeJSON(w, http.StatusOK, map[string]any{"session": sj})
 	return nil
 }
 
 // handleDeleteSession is DELETE /api/sessions/{id}: the chat, its messages and runs go, and so do
 // its share links (their pages answer 404 from then on). A run in progress is cancelled first. The
-// user's tabs learn it from a session.deleted frame.
+// user's tabs learn it from a session.deleted frame, on whichever replica they are connected.
 func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request, u store.User) error {
 	sess, err := s.ownedSession(r, u, r.PathValue("id"))
 	if err != nil {
@@ -67,7 +67,7 @@ func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request, u s
 	// desktop owner", which every later check refuses.
 	s.hub.owners.set(sess.ID, "")
 	s.log.InfoContext(r.Context(), "chat deleted", "session", sess.ID, "user", u.ID, "shares_revoked", revoked)
-	s.hub.toUser(u.ID, &wsFrame{Type: "session.deleted", SessionID: sess.ID})
+	s.toUserEverywhere(u.ID, &wsFrame{Type: "session.deleted", SessionID: sess.ID})
 	writeJSON(w, http.StatusOK, map[string]any{"sessionId": sess.ID, "revokedShares": revoked})
 	return nil
 }

@@ -119,8 +119,9 @@ func (c *client) chatSend(ctx context.Context, f clientFrame) {
 		h.owners.set(sess.ID, sess.UserID)
 		sessionID = sess.ID
 		sj := toSessionJSON(sess)
-		// Every tab of the user learns about the new session; the sender matches it by clientMsgId.
-		h.toUser(c.user.ID, &wsFrame{Type: "session.created", SessionID: sess.ID, ClientMsgID: f.ClientMsgID, Session: &sj})
+		// Every tab of the user (on any replica) learns about the new session; the sender matches
+		// it by clientMsgId.
+		c.s.toUserEverywhere(c.user.ID, &wsFrame{Type: "session.created", SessionID: sess.ID, ClientMsgID: f.ClientMsgID, Session: &sj})
 	}
 	subCtx, cancel := context.WithTimeout(ctx, submitWait)
 	defer cancel()
