@@ -2,6 +2,7 @@ package citations
 
 import (
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -12,58 +13,190 @@ const (
 	MaxLeadRunes = 200
 )
 
+// leadWindowRunes is how many runes of a long excerpt line Lead looks at first. A lead shows at most
+// MaxLeadRunes runes, so a window that still yields more than that after its decoration and markers
+// are removed decides the lead without reading the rest of the line (see leadOfLine); the margin
+// covers the usual decoration.
+const leadWindowRunes = MaxLeadRunes + 32
+
 // Lead returns the first lines of an excerpt as plain text for a source card: at most
 // MaxLeadLines non-empty lines and MaxLeadRunes runes ("…" marks a cut), markdown decoration
 // removed (heading marks, list bullets, quote marks, table pipes; table separator rows and fence
 // lines skipped), markers stripped, whitespace collapsed, lines joined by "\n". It is idempotent,
 // so a renderer can apply it again to a stored lead whose origin it cannot know.
+//
+// Its cost is bounded by the lead, not by the excerpt: Verify computes one per cited source, and
+// excerpts run to kilobytes. Invalid UTF-8 repair and marker stripping cannot cross a newline (a
+// newline is valid UTF-8 and no marker holds one), so both are applied line by line, and reading
+// stops once the lead is known to be cut. FuzzLeadReference checks it against the whole-text
+// definition kept in the tests.
 func Lead(excerpt string) string {
-	excerpt = Strip(strings.ToValidUTF8(excerpt, "\uFFFD"))
-	var lines []string
+	var lines [MaxLeadLines]string
+	n, runes := 0, 0 // lines kept; runes of their join
 	cut := false
-	for line := range strings.SplitSeq(excerpt, "\n") {
-		if line = leadLine(line); line == "" {
-			continue
+	for rest := excerpt; ; {
+		line := rest
+		i := strings.IndexByte(rest, '\n')
+		if i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
 		}
-		if len(lines) == MaxLeadLines {
-			cut = true
+		if line = leadOfLine(line); line != "" {
+			if n == MaxLeadLines {
+				cut = true
+				break
+			}
+			if n > 0 {
+				runes++ // the joining newline
+			}
+			lines[n] = line
+			n++
+			// Count no further than the cut needs: past MaxLeadRunes the rest is not kept.
+			if runes += runeCountUpTo(line, MaxLeadRunes+1-runes); runes > MaxLeadRunes {
+				cut = true
+				break
+			}
+		}
+		if i < 0 {
 			break
 		}
-		lines = append(lines, line)
 	}
-	out := strings.Join(lines, "\n")
-	if !cut && utf8.RuneCountInString(out) <= MaxLeadRunes {
-		return out
+	if !cut {
+		if n == 1 {
+			return lines[0] // no copy: often a part of the excerpt itself
+		}
+		return strings.Join(lines[:n], "\n")
 	}
 	// Cut: keep MaxLeadRunes-1 runes and the ellipsis, so a second pass changes nothing.
-	if r := []rune(out); len(r) > MaxLeadRunes-1 {
-		out = string(r[:MaxLeadRunes-1])
+	var b strings.Builder
+	b.Grow(4*MaxLeadRunes + len("…"))
+	left := MaxLeadRunes - 1
+	for k, line := range lines[:n] {
+		if k > 0 {
+			if left == 0 {
+				break
+			}
+			b.WriteByte('\n')
+			left--
+		}
+		end := runeOffset(line, left)
+		b.WriteString(line[:end])
+		if left -= utf8.RuneCountInString(line[:end]); left == 0 {
+			break
+		}
 	}
-	out = strings.TrimRight(out, " \n")
+	out := strings.TrimRight(b.String(), " \n")
 	if strings.HasSuffix(out, "…") {
 		return out
 	}
 	return out + "…"
 }
 
+// runeCountUpTo is min(utf8.RuneCountInString(s), limit+1) for limit ≥ 0: enough to tell whether s
+// has more than limit runes without counting all of them.
+func runeCountUpTo(s string, limit int) int {
+	if limit < 0 {
+		limit = 0
+	}
+	if len(s) <= limit {
+		return utf8.RuneCountInString(s) // every rune has at least one byte
+	}
+	n := 0
+	for i := 0; i < len(s) && n <= limit; n++ {
+		if s[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return n
+}
+
+// runeOffset is the byte offset of the n-th rune of s (len(s) when s has fewer).
+func runeOffset(s string, n int) int {
+	for i := range s {
+		if n == 0 {
+			return i
+		}
+		n--
+	}
+	return len(s)
+}
+
+// leadOfLine is leadLine(Strip(repair(raw))) for one raw excerpt line (repair: invalid UTF-8 bytes
+// replaced by U+FFFD), reading only leadWindowRunes runes of a long line when that decides the lead.
+//
+// Why a window is enough: cut before a rune start, the window's repair is a prefix of the line's;
+// the Stripper's output for it is a prefix of Strip of the whole (its streaming invariant); and every
+// step of leadLine outside a table row looks only at the start of the line (collapsing white space,
+// taking off "> ", "- ", "#"… and fence marks), so for a prefix p whose result keeps more than
+// MaxLeadRunes+1 runes, leadLine(p) is a prefix of the line's result that already holds every rune
+// Lead keeps. A table row ("|" first) depends on its end (cells, trailing pipes, separator rows):
+// it, and a window whose result is short, take the whole line.
+func leadOfLine(raw string) string {
+	if cut := windowEnd(raw); cut < len(raw) {
+		var st Stripper
+		p := st.Push(repairUTF8(raw[:cut]))
+		if got, table := leadLineTable(p); !table && utf8.RuneCountInString(got) > MaxLeadRunes+1 {
+			return got
+		}
+	}
+	return leadLine(Strip(repairUTF8(raw)))
+}
+
+// windowEnd is the offset in s of the byte that starts its (leadWindowRunes+1)-th rune, counting
+// every byte that is not a UTF-8 continuation byte as a rune start (len(s) when s is shorter). A
+// window cut there never splits a valid rune, so its repair is a prefix of the line's.
+func windowEnd(s string) int {
+	if len(s) <= leadWindowRunes {
+		return len(s)
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if utf8.RuneStart(s[i]) {
+			if n == leadWindowRunes {
+				return i
+			}
+			n++
+		}
+	}
+	return len(s)
+}
+
+func repairUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
 // leadLine is one excerpt line without its markdown decoration; "" when nothing readable is left.
 // Decoration is removed until nothing more comes off (a table cell may itself start with "# "), which
 // is what makes Lead idempotent.
 func leadLine(line string) string {
+	out, _ := leadLineTable(line)
+	return out
+}
+
+// leadLineTable is leadLine, also reporting whether some pass read the line as a table row.
+func leadLineTable(line string) (string, bool) {
+	table := false
 	for {
-		next := undecorate(line)
+		next, t := undecorate(line)
+		table = table || t
 		if next == line {
-			return line
+			return line, table
 		}
 		line = next
 	}
 }
 
-// undecorate takes one layer of decoration off a line.
-func undecorate(line string) string {
-	line = strings.Join(strings.Fields(line), " ")
+// undecorate takes one layer of decoration off a line; table reports that it was read as a table
+// row.
+func undecorate(line string) (out string, table bool) {
+	line = collapseSpace(line)
 	if strings.HasPrefix(line, "```") || strings.HasPrefix(line, "~~~") {
-		return ""
+		return "", false
 	}
 	for {
 		trimmed := line
@@ -92,9 +225,49 @@ func undecorate(line string) string {
 			}
 		}
 		if separator {
-			return ""
+			return "", true
 		}
 		line = strings.Join(kept, " · ")
+		return line, true
 	}
-	return line
+	return line, false
+}
+
+// collapseSpace is strings.Join(strings.Fields(s), " "), without allocating when s is already
+// collapsed (no leading, trailing or repeated white space, and no white space other than ' ').
+func collapseSpace(s string) string {
+	prevSpace := true // a leading space is not collapsed
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			// Every non-ASCII white space rune (U+0085, U+00A0, U+1680, U+2000…U+205F, U+3000)
+			// starts with one of these bytes; any other byte, continuation bytes included, is
+			// part of a rune that is not white space (or of an invalid one, which Fields reads
+			// as U+FFFD, one byte at a time).
+			if c == 0xc2 || c == 0xe1 || c == 0xe2 || c == 0xe3 {
+				r, size := utf8.DecodeRuneInString(s[i:])
+				if unicode.IsSpace(r) {
+					return strings.Join(strings.Fields(s), " ")
+				}
+				i += size - 1
+			}
+			prevSpace = false
+			continue
+		}
+		switch c {
+		case ' ':
+			if prevSpace {
+				return strings.Join(strings.Fields(s), " ")
+			}
+			prevSpace = true
+		case '\t', '\n', '\v', '\f', '\r':
+			return strings.Join(strings.Fields(s), " ")
+		default:
+			prevSpace = false
+		}
+	}
+	if prevSpace && len(s) > 0 {
+		return strings.Join(strings.Fields(s), " ")
+	}
+	return s
 }

@@ -282,26 +282,41 @@ func literalSpans(text string) []Span {
 // MarkersOutsideCode returns the markers of text that are not inside code (nor inside an autolink,
 // whose text is its URL): the markers that can be citations.
 func MarkersOutsideCode(text string) []Marker {
-	ms := Markers(text)
-	if len(ms) == 0 {
-		return nil
-	}
-	code := literalSpans(text)
-	if len(code) == 0 {
-		return ms
-	}
-	out := ms[:0]
+	var out []Marker
+	forMarkersOutsideCode(text, func(m Marker) { out = append(out, m) })
+	return out
+}
+
+// forMarkersOutsideCode calls fn for every marker of MarkersOutsideCode(text), in order, without
+// collecting them: Verify reads each marker once. The code scan runs only when there is a marker.
+func forMarkersOutsideCode(text string, fn func(Marker)) {
+	var code []Span
+	scanned := false
 	k := 0
-	for _, m := range ms {
+	for i := 0; i < len(text); {
+		j := strings.Index(text[i:], "[^")
+		if j < 0 {
+			return
+		}
+		i += j
+		n, end, ok := matchAt(text, i)
+		if !ok {
+			i++
+			continue
+		}
+		m := Marker{N: n, Start: i, End: end}
+		i = end
+		if !scanned {
+			code, scanned = literalSpans(text), true
+		}
 		for k < len(code) && code[k].End <= m.Start {
 			k++
 		}
 		if k < len(code) && code[k].Start < m.End {
 			continue
 		}
-		out = append(out, m)
+		fn(m)
 	}
-	return out
 }
 
 // FilterBareURLs applies only the bare-URL part of the link rule to plain text (no markdown: no

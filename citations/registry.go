@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 )
 
 // Tool names whose results may become sources. No other tool's output ever enters a registry.
@@ -43,8 +45,9 @@ type Source struct {
 // Registry is the ordered, deduplicated set of sources a run really retrieved. The zero value is an
 // empty registry ready to use. It is not safe for concurrent use.
 type Registry struct {
+	// sources are looked up by URL with a linear scan: there are at most MaxSources of them, and
+	// comparing twenty strings costs less than hashing into and growing a map.
 	sources []Source
-	byURL   map[string]int // URL → registry number
 	// Overflow counts distinct sources that arrived after the cap.
 	Overflow int
 }
@@ -103,7 +106,7 @@ func (r *Registry) addWebSearch(res ToolResult) string {
 	}) || failed || !hasResults || content[results.start] != '[' {
 		return content
 	}
-	var ed edits
+	ed := make(edits, 0, 16) // a search returns about ten results: their edits fit without growing
 	p := jsScanner{s: content, i: results.start, ok: true}
 	p.array(1, func(v jsSpan) {
 		if content[v.start] != '{' {
@@ -172,9 +175,14 @@ func (r *Registry) addOpenWebPage(res ToolResult) string {
 // edits are byte replacements in a text, in ascending order and not overlapping.
 type edits []edit
 
+// edit replaces at with with; an insertion of a "ref" member (the common case) is kept as its number
+// and written by apply, so planning it allocates nothing.
 type edit struct {
 	at   jsSpan
 	with string
+	// ref > 0: insert `"ref":ref` (after a comma when comma is set) instead of with.
+	ref   int
+	comma bool
 }
 
 // setRef plans the splice that gives the object at obj the member "ref": n (no "ref" when n is 0).
@@ -192,11 +200,7 @@ func (ed *edits) setRef(s string, obj jsSpan, refs []jsMember, members, n int) {
 	case len(refs) == 1 && s[refs[0].val.start:refs[0].val.end] == want:
 		return
 	case len(refs) == 0:
-		sep := ","
-		if members == 0 {
-			sep = ""
-		}
-		*ed = append(*ed, edit{at: jsSpan{obj.end - 1, obj.end - 1}, with: sep + `"ref":` + want})
+		*ed = append(*ed, edit{at: jsSpan{obj.end - 1, obj.end - 1}, ref: n, comma: members > 0})
 		return
 	}
 	// Rare: a "ref" the tool or a page put there, a wrong one, or several. Keep every other member's
@@ -233,21 +237,28 @@ func (ed edits) apply(s string) string {
 	var b strings.Builder
 	grow := len(s)
 	for _, e := range ed {
-		grow += len(e.with)
+		grow += len(e.with) + len(`,"ref":`) + 10
 	}
 	b.Grow(grow)
+	var num [20]byte
 	last := 0
 	for _, e := range ed {
 		b.WriteString(s[last:e.at.start])
-		b.WriteString(e.with)
+		if e.ref > 0 {
+			if e.comma {
+				b.WriteByte(',')
+			}
+			b.WriteString(`"ref":`)
+			b.Write(strconv.AppendInt(num[:0], int64(e.ref), 10))
+		} else {
+			b.WriteString(e.with)
+		}
 		last = e.at.end
 	}
 	b.WriteString(s[last:])
 	return b.String()
 }
 
-// add appends s when its URL is valid and new and the cap allows, returning its registry number
-// (0 when it has none).
 // lazyText is where a source's title and excerpt sit in its tool result, still encoded.
 type lazyText struct {
 	content        string
@@ -257,20 +268,22 @@ type lazyText struct {
 // add enters s unless its URL is invalid, already in or past the cap, and returns its number (0:
 // none). lazy, when set, holds the title and excerpt, decoded only for a source that enters.
 func (r *Registry) add(s Source, lazy *lazyText) int {
+	// A URL already in the registry was valid when it entered, and NormalizeURL only trims, so the
+	// trimmed text is looked up before the URL is parsed again.
+	if n := r.number(strings.TrimSpace(s.URL)); n > 0 {
+		return n
+	}
 	u, ok := NormalizeURL(s.URL)
 	if !ok {
 		return 0
 	}
 	s.URL = u
-	if n, dup := r.byURL[u]; dup {
-		return n
-	}
 	if len(r.sources) >= MaxSources {
 		r.Overflow++
 		return 0
 	}
-	if r.byURL == nil {
-		r.byURL = make(map[string]int)
+	if r.sources == nil {
+		r.sources = make([]Source, 0, MaxSources)
 	}
 	if lazy != nil {
 		s.Title, _ = stringValue(lazy.content, lazy.title)
@@ -279,8 +292,17 @@ func (r *Registry) add(s Source, lazy *lazyText) int {
 	s.N = len(r.sources) + 1
 	s.Title = cleanTitle(s.Title)
 	r.sources = append(r.sources, s)
-	r.byURL[u] = s.N
 	return s.N
+}
+
+// number is the registry number of the normalised URL u, 0 when it is not in the registry.
+func (r *Registry) number(u string) int {
+	for i := range r.sources {
+		if r.sources[i].URL == u {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // NormalizeURL accepts only absolute http(s) URLs with a host and returns them trimmed.
@@ -289,30 +311,98 @@ func NormalizeURL(raw string) (string, bool) {
 	if s == "" || len(s) > 4096 {
 		return "", false
 	}
+	if plainHTTPURL(s) {
+		return s, true
+	}
+	return s, parsedHTTPURL(s)
+}
+
+// parsedHTTPURL is NormalizeURL's full check of a trimmed URL: net/url parses it, with an http(s)
+// scheme and a host.
+func parsedHTTPURL(s string) bool {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		return "", false
+		return false
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":
-	default:
-		return "", false
+		return true
 	}
-	return s, true
+	return false
+}
+
+// plainHTTPURL accepts, without allocating, the URLs search results are made of: "http://" or
+// "https://" (any case), a host of letters, digits, dots and hyphens with an optional numeric port,
+// then a path and query of URL characters with well-formed percent escapes and no fragment. Every
+// such URL passes parsedHTTPURL (FuzzPlainHTTPURL); anything else is left to it.
+func plainHTTPURL(s string) bool {
+	var rest string
+	switch {
+	case len(s) > 7 && strings.EqualFold(s[:7], "http://"):
+		rest = s[7:]
+	case len(s) > 8 && strings.EqualFold(s[:8], "https://"):
+		rest = s[8:]
+	default:
+		return false
+	}
+	i := 0
+	for i < len(rest) && (isASCIILetter(rest[i]) || isDigit(rest[i]) || rest[i] == '.' || rest[i] == '-') {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	if i < len(rest) && rest[i] == ':' {
+		i++
+		for i < len(rest) && isDigit(rest[i]) {
+			i++
+		}
+	}
+	if i < len(rest) && rest[i] != '/' && rest[i] != '?' {
+		return false
+	}
+	for ; i < len(rest); i++ {
+		c := rest[i]
+		switch {
+		case isASCIILetter(c) || isDigit(c) || strings.IndexByte("-._~!$&'()*+,;=:@/?", c) >= 0:
+		case c == '%' && i+2 < len(rest) && isHexDigit(rest[i+1]) && isHexDigit(rest[i+2]):
+			i += 2
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func isHexDigit(c byte) bool {
+	return isDigit(c) || 'a' <= c|0x20 && c|0x20 <= 'f'
 }
 
 // cleanTitle keeps titles to one line of reasonable length; HTML in titles stays text and is escaped
 // by whoever renders it.
 func cleanTitle(t string) string {
-	t = strings.Join(strings.Fields(t), " ")
-	if r := []rune(t); len(r) > 300 {
-		t = string(r[:300])
+	t = collapseSpace(t)
+	if len(t) > maxTitleRunes && utf8.RuneCountInString(t) > maxTitleRunes {
+		if !utf8.ValidString(t) {
+			// Titles come decoded from JSON and are valid UTF-8; the rune conversion would
+			// repair other text, and does so here too.
+			return string([]rune(t)[:maxTitleRunes])
+		}
+		t = t[:runeOffset(t, maxTitleRunes)]
 	}
 	return t
 }
 
+// maxTitleRunes bounds a source title.
+const maxTitleRunes = 300
+
 // Digest identifies an excerpt's text, so a later fetch can tell whether the source changed.
 func Digest(excerpt string) string {
-	sum := sha256.Sum256([]byte(excerpt))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	// The hash reads the excerpt's bytes in place: Sum256 neither keeps nor modifies its argument,
+	// and copying kilobytes of excerpt per citation only to hash them was most of the cost.
+	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(excerpt), len(excerpt)))
+	var b [len("sha256:") + 2*sha256.Size]byte
+	copy(b[:], "sha256:")
+	hex.Encode(b[len("sha256:"):], sum[:])
+	return string(b[:])
 }

@@ -31,31 +31,42 @@ type Verification struct {
 // citations: they are neither seen nor kept (DESIGN §4, "Code").
 func Verify(content string, reg *Registry) Verification {
 	var v Verification
-	var seen map[int]bool
-	for _, m := range MarkersOutsideCode(content) {
-		n := m.N
+	// A registry holds at most MaxSources entries, so "cited" is a small array rather than a map,
+	// and walking it in order gives the citations in n order without sorting.
+	var cited [MaxSources + 1]bool
+	k := 0
+	forMarkersOutsideCode(content, func(m Marker) {
 		v.Seen++
-		src, ok := reg.Lookup(n)
-		if !ok {
-			continue
+		if m.N < 1 || m.N > reg.Len() {
+			return
 		}
 		v.Kept++
-		if seen[n] {
+		if !cited[m.N] {
+			cited[m.N] = true
+			k++
+		}
+	})
+	v.Dropped = v.Seen - v.Kept
+	if k == 0 {
+		return v
+	}
+	v.Citations = make([]Citation, 0, k)
+	var at []time.Time // one block for every citation's retrieval time
+	for n := 1; n <= reg.Len(); n++ {
+		if !cited[n] {
 			continue
 		}
-		if seen == nil {
-			seen = make(map[int]bool)
-		}
-		seen[n] = true
+		src := reg.sources[n-1]
 		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: Digest(src.Excerpt), Lead: Lead(src.Excerpt)}
 		if !src.At.IsZero() {
-			at := src.At.UTC()
-			c.RetrievedAt = &at
+			if at == nil {
+				at = make([]time.Time, 0, k)
+			}
+			at = append(at, src.At.UTC())
+			c.RetrievedAt = &at[len(at)-1]
 		}
 		v.Citations = append(v.Citations, c)
 	}
-	v.Dropped = v.Seen - v.Kept
-	slices.SortFunc(v.Citations, func(a, b Citation) int { return a.N - b.N })
 	return v
 }
 
