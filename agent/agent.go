@@ -25,10 +25,14 @@ import (
 // A run's end is one ConcludeRun: the final answer with its metadata (citations included), the
 // terminal phase and the marker counts commit together, so no crash can separate them (DESIGN §4,
 // atomic record).
+//
+// A turn makes three kinds of write, each one transaction: StartTurn (the USER message and the
+// RUNNING run), AppendMessages once per tool round (the tool-calling message and its results) and
+// ConcludeRun. The history window reads dialog lines, never whole messages.
 type Store interface {
-	AppendMessage(ctx context.Context, m store.Message) (store.Message, error)
-	ListDialogBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]store.Message, error)
-	CreateRun(ctx context.Context, r store.Run) (store.Run, error)
+	StartTurn(ctx context.Context, m store.Message, r store.Run) (store.Message, store.Run, error)
+	AppendMessages(ctx context.Context, ms []store.Message) ([]store.Message, error)
+	ListDialogLinesBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]store.DialogLine, error)
 	ConcludeRun(ctx context.Context, c store.Conclusion) (store.Run, store.Message, error)
 }
 
@@ -48,7 +52,7 @@ const (
 	// message 10 and at message 10,000 of a session.
 	historyBudget = 12000
 	// historyPage is how many dialog messages one store read fetches while filling the window.
-	historyPage = 16
+	historyPage = maxHistoryMessages
 )
 
 // Errors returned by Submit, matched with errors.Is.

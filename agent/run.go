@@ -109,19 +109,10 @@ func (rs *runState) loop() (store.Phase, string) {
 		return store.PhaseFailed, rs.storeFailed(err)
 	}
 	if !h.turn.Stored() {
-		user, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleUser, Content: h.turn.Text, Metadata: h.turn.Metadata})
-		if err != nil {
+		if err := rs.startTurn(); err != nil {
 			rs.emitStarted()
 			return store.PhaseFailed, rs.storeFailed(err)
 		}
-		rs.out.UserMessageID = user.ID
-		// The user message is written first so that the run record can point at it; a crash in
-		// between leaves a user message without an answer, which is what the user would see anyway.
-		if _, err := st.CreateRun(rs.pctx, store.Run{ID: h.ID, SessionID: h.SessionID, Channel: h.turn.Channel, UserMessageID: user.ID}); err != nil {
-			rs.emitStarted()
-			return store.PhaseFailed, rs.storeFailed(err)
-		}
-		rs.runCreated = true
 	}
 	rs.links.AddText(h.turn.Text)
 	for _, m := range history {
@@ -171,9 +162,6 @@ func (rs *runState) loop() (store.Phase, string) {
 			calls[i] = c
 		}
 		text := rs.roundText.String()
-		if _, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: text, ToolCalls: calls}); err != nil {
-			return store.PhaseFailed, rs.storeFailed(err)
-		}
 		rs.roundText.Reset()
 		msgs = append(msgs, ChatMessage{Role: "assistant", Content: text, ToolCalls: calls})
 
@@ -181,6 +169,10 @@ func (rs *runState) loop() (store.Phase, string) {
 			a.emit(h, Event{Type: EventToolStarted, CallID: c.ID, Tool: c.Name, Arguments: c.Arguments})
 		}
 		results := rs.runTools(calls)
+		// The round (the tool-calling message and its results) is one store transaction, committed
+		// before any tool.finished, so whoever reacts to that event finds the results (turn.go).
+		round := make([]store.Message, 0, 1+len(calls))
+		round = append(round, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleAssistant, Content: text, ToolCalls: calls})
 		for i, c := range calls {
 			at := a.cfg.Now()
 			// The run's registry grows here, as each result arrives, and the same call numbers the
@@ -188,11 +180,14 @@ func (rs *runState) loop() (store.Phase, string) {
 			// source, and nothing is re-read or re-parsed when the run concludes.
 			content := rs.reg.Add(citations.ToolResult{Tool: c.Name, CallID: c.ID, Content: results[i].content, At: at})
 			rs.links.AddText(results[i].content)
-			if _, err := st.AppendMessage(rs.pctx, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleTool, Content: content, ToolCallID: c.ID, ToolName: c.Name, CreatedAt: at}); err != nil {
-				return store.PhaseFailed, rs.storeFailed(err)
-			}
+			round = append(round, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleTool, Content: content, ToolCallID: c.ID, ToolName: c.Name, CreatedAt: at})
+		}
+		if _, err := st.AppendMessages(rs.pctx, round); err != nil {
+			return store.PhaseFailed, rs.storeFailed(err)
+		}
+		for i, c := range calls {
 			a.emit(h, Event{Type: EventToolFinished, CallID: c.ID, Tool: c.Name, OK: results[i].ok})
-			msgs = append(msgs, ChatMessage{Role: "tool", Content: content, ToolCallID: c.ID, Name: c.Name})
+			msgs = append(msgs, ChatMessage{Role: "tool", Content: round[1+i].Content, ToolCallID: c.ID, Name: c.Name})
 		}
 		for _, src := range rs.reg.Sources() {
 			rs.links.AddURL(src.URL)
@@ -445,7 +440,7 @@ func (rs *runState) historyWindow() ([]ChatMessage, error) {
 	own := rs.h.turn.UserMessageID
 fill:
 	for len(rev) < maxHistoryMessages {
-		page, err := rs.a.cfg.Store.ListDialogBefore(rs.pctx, rs.h.SessionID, cursor, historyPage)
+		page, err := rs.a.cfg.Store.ListDialogLinesBefore(rs.pctx, rs.h.SessionID, cursor, historyPage)
 		if err != nil {
 			return nil, err
 		}
@@ -481,7 +476,7 @@ fill:
 
 // windowItem is a stored message of the history window and what the model sees of it.
 type windowItem struct {
-	m  store.Message
+	m  store.DialogLine
 	cm ChatMessage
 }
 
@@ -515,13 +510,13 @@ func conversationOrder(items []windowItem) {
 
 // historyMessage turns one stored message into model history; ok is false for messages the model
 // does not get again.
-func historyMessage(m store.Message) (ChatMessage, bool) {
+func historyMessage(m store.DialogLine) (ChatMessage, bool) {
 	var role string
 	switch m.Role {
 	case store.RoleUser:
 		role = "user"
 	case store.RoleAssistant:
-		if len(m.ToolCalls) > 0 || isInterrupted(m.Metadata) {
+		if m.Interrupted {
 			return ChatMessage{}, false
 		}
 		role = "assistant"
@@ -533,16 +528,6 @@ func historyMessage(m store.Message) (ChatMessage, bool) {
 		return ChatMessage{}, false
 	}
 	return ChatMessage{Role: role, Content: content}, true
-}
-
-func isInterrupted(meta json.RawMessage) bool {
-	if len(meta) == 0 {
-		return false
-	}
-	var m struct {
-		Interrupted bool `json:"interrupted"`
-	}
-	return json.Unmarshal(meta, &m) == nil && m.Interrupted
 }
 
 func errorJSON(msg string) string {

@@ -39,12 +39,19 @@ type Backend interface {
 	ListMessagesBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]Message, error)
 	ListMessagesAfter(ctx context.Context, sessionID string, afterID uint64, limit int) ([]Message, error)
 	ListDialogBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]Message, error)
+	// ListDialogLinesBefore is ListDialogBefore reduced to what a model's history window reads
+	// (dialog.go), without decoding metadata.
+	ListDialogLinesBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]DialogLine, error)
+	// AppendMessages appends several messages of one session in one transaction (turn.go).
+	AppendMessages(ctx context.Context, ms []Message) ([]Message, error)
 	ListRunMessages(ctx context.Context, runID string) ([]Message, error)
 	LastMessageID(ctx context.Context, sessionID string) (uint64, error)
 	MergeMetadata(ctx context.Context, id uint64, patch map[string]json.RawMessage) error
 
 	// Runs.
 	CreateRun(ctx context.Context, r Run) (Run, error)
+	// StartTurn stores a turn's USER message and its RUNNING run in one transaction (turn.go).
+	StartTurn(ctx context.Context, m Message, r Run) (Message, Run, error)
 	FinishRun(ctx context.Context, id string, phase Phase, errMsg string, finalMessageID uint64) (Run, error)
 	ConcludeRun(ctx context.Context, c Conclusion) (Run, Message, error)
 	SetRunMarkers(ctx context.Context, id string, seen, kept, dropped int) error

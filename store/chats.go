@@ -58,13 +58,16 @@ func (s *Store) DeleteChat(ctx context.Context, sessionID, userID string) (int, 
 				return err
 			}
 		}
-		msgs, sessIdx := tx.Bucket(bucketMessages), tx.Bucket(bucketSessionMessages)
+		msgs, sessIdx, dialog := tx.Bucket(bucketMessages), tx.Bucket(bucketSessionMessages), tx.Bucket(bucketSessionDialog)
 		for _, k := range msgKeys {
 			if err := msgs.Delete(k); err != nil {
 				return fmt.Errorf("delete message: %w", err)
 			}
 			if err := sessIdx.Delete(prefixKey(sessionID, k)); err != nil {
 				return fmt.Errorf("delete message index: %w", err)
+			}
+			if err := dialog.Delete(prefixKey(sessionID, k)); err != nil {
+				return fmt.Errorf("delete dialog line: %w", err)
 			}
 		}
 		runMsgs := tx.Bucket(bucketRunMessages)

@@ -71,6 +71,9 @@ func TestOpenMigratesSchema1(t *testing.T) {
 		if err := tx.DeleteBucket(bucketRunMessages); err != nil {
 			return err
 		}
+		if err := tx.DeleteBucket(bucketSessionDialog); err != nil {
+			return err
+		}
 		return tx.Bucket(bucketMeta).Put(keySchemaVersion, []byte("1"))
 	}))
 	// Schema-1 entries without a kind still read correctly before the migration.
@@ -88,5 +91,8 @@ func TestOpenMigratesSchema1(t *testing.T) {
 	dialog, err = s.ListDialogBefore(ctx, sess.ID, 0, 100)
 	require.NoError(t, err)
 	assert.Len(t, dialog, 6)
+	lines, err := s.ListDialogLinesBefore(ctx, sess.ID, 0, 100)
+	require.NoError(t, err)
+	assert.Equal(t, ids(dialog), lineIDs(lines), "the dialog projection is built as well")
 	checkConsistency(t, s)
 }

@@ -330,10 +330,10 @@ func copyKinds() []copyKind {
 						s := string(m.Metadata)
 						meta = &s
 					}
-					return fn(`INSERT INTO messages (id, session_id, run_id, role, kind, content, tool_calls, tool_call_id, tool_name, metadata, created_at)
-						VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`,
+					return fn(`INSERT INTO messages (id, session_id, run_id, role, kind, content, tool_calls, tool_call_id, tool_name, metadata, created_at, interrupted)
+						VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT DO NOTHING`,
 						[]any{i64(m.ID), m.SessionID, m.RunID, string(m.Role), string(rune(kindOf(m))), m.Content, calls,
-							m.ToolCallID, m.ToolName, meta, m.CreatedAt}, m)
+							m.ToolCallID, m.ToolName, meta, m.CreatedAt, metaInterrupted(m.Metadata)}, m)
 				})
 			},
 			target: func(ctx context.Context, q pgq, fn func(any) error) error {

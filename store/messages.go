@@ -72,36 +72,67 @@ func (s clock) prepareMessage(m Message) (Message, error) {
 // bumps the session's UpdatedAt. It derives everything from in and the transaction, so a Batch retry
 // recomputes the same result.
 func (s *Store) appendLocked(tx *bolt.Tx, in Message) (Message, error) {
-	sessions := tx.Bucket(bucketSessions)
-	var sess Session
-	if err := getJSON(sessions, []byte(in.SessionID), "session", &sess); err != nil {
+	out, err := s.appendManyLocked(tx, []Message{in})
+	if err != nil {
 		return Message{}, err
 	}
+	return out[0], nil
+}
+
+// appendManyLocked is appendLocked for several prepared messages of one session, in order: the
+// session is read and its UpdatedAt written once. Dialog messages (USER, ASSISTANT answers) also
+// get their entry in the session's dialog projection (dialog.go).
+func (s *Store) appendManyLocked(tx *bolt.Tx, in []Message) ([]Message, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	sessionID := in[0].SessionID
+	sessions := tx.Bucket(bucketSessions)
+	var sess Session
+	if err := getJSON(sessions, []byte(sessionID), "session", &sess); err != nil {
+		return nil, err
+	}
 	msgs := tx.Bucket(bucketMessages)
-	id, err := msgs.NextSequence()
-	if err != nil {
-		return Message{}, fmt.Errorf("next message id: %w", err)
-	}
-	msg := in
-	msg.ID = id
-	if err := putJSON(msgs, u64(id), msg); err != nil {
-		return Message{}, fmt.Errorf("message %d: %w", id, err)
-	}
-	if err := tx.Bucket(bucketSessionMessages).Put(prefixKey(msg.SessionID, u64(id)), []byte{kindOf(msg)}); err != nil {
-		return Message{}, fmt.Errorf("index message %d: %w", id, err)
-	}
-	if msg.RunID != "" {
-		if err := tx.Bucket(bucketRunMessages).Put(prefixKey(msg.RunID, u64(id)), nil); err != nil {
-			return Message{}, fmt.Errorf("index message %d by run: %w", id, err)
+	idx := tx.Bucket(bucketSessionMessages)
+	byRun := tx.Bucket(bucketRunMessages)
+	dialog := tx.Bucket(bucketSessionDialog)
+	out := make([]Message, len(in))
+	for i, msg := range in {
+		if msg.SessionID != sessionID {
+			return nil, fmt.Errorf("%w: messages of sessions %q and %q in one append", ErrInvalid, sessionID, msg.SessionID)
 		}
+		id, err := msgs.NextSequence()
+		if err != nil {
+			return nil, fmt.Errorf("next message id: %w", err)
+		}
+		msg.ID = id
+		if err := putJSON(msgs, u64(id), msg); err != nil {
+			return nil, fmt.Errorf("message %d: %w", id, err)
+		}
+		kind := kindOf(msg)
+		key := prefixKey(msg.SessionID, u64(id))
+		if err := idx.Put(key, []byte{kind}); err != nil {
+			return nil, fmt.Errorf("index message %d: %w", id, err)
+		}
+		if kind == kindUser || kind == kindAnswer {
+			if err := dialog.Put(key, encodeDialogLine(msg)); err != nil {
+				return nil, fmt.Errorf("dialog line of message %d: %w", id, err)
+			}
+		}
+		if msg.RunID != "" {
+			if err := byRun.Put(prefixKey(msg.RunID, u64(id)), nil); err != nil {
+				return nil, fmt.Errorf("index message %d by run: %w", id, err)
+			}
+		}
+		out[i] = msg
 	}
 	if now := s.nowUTC(); now.After(sess.UpdatedAt) {
 		sess.UpdatedAt = now
 		if err := putJSON(sessions, []byte(sess.ID), sess); err != nil {
-			return Message{}, fmt.Errorf("session %q: %w", sess.ID, err)
+			return nil, fmt.Errorf("session %q: %w", sess.ID, err)
 		}
 	}
-	return msg, nil
+	return out, nil
 }
 
 // Message kinds, stored as the value of a session_messages index entry so that a window of the
@@ -341,7 +372,10 @@ func (s *Store) MergeMetadata(ctx context.Context, id uint64, patch map[string]j
 			}
 		}
 		m.Metadata = writeObject(mergeFields(fields, compacted))
-		return putJSON(b, u64(id), m)
+		if err := putJSON(b, u64(id), m); err != nil {
+			return err
+		}
+		return syncDialogLocked(tx, m)
 	})
 }
 

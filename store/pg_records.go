@@ -210,9 +210,10 @@ func (p *PG) appendPG(ctx context.Context, tx pgx.Tx, m Message) (Message, error
 		meta = &s
 	}
 	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO messages (session_id, run_id, role, kind, content, tool_calls, tool_call_id, tool_name, metadata, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
-		m.SessionID, m.RunID, string(m.Role), string(rune(kindOf(m))), m.Content, calls, m.ToolCallID, m.ToolName, meta, m.CreatedAt).Scan(&id)
+	err = tx.QueryRow(ctx, `INSERT INTO messages (session_id, run_id, role, kind, content, tool_calls, tool_call_id, tool_name, metadata, created_at, interrupted)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+		m.SessionID, m.RunID, string(m.Role), string(rune(kindOf(m))), m.Content, calls, m.ToolCallID, m.ToolName, meta, m.CreatedAt,
+		metaInterrupted(m.Metadata)).Scan(&id)
 	if err != nil {
 		return Message{}, fmt.Errorf("insert message: %w", err)
 	}
@@ -381,7 +382,8 @@ func (p *PG) MergeMetadata(ctx context.Context, id uint64, patch map[string]json
 				return fmt.Errorf("message %d: %w: %w", id, ErrBadMetadata, err)
 			}
 		}
-		_, err := tx.Exec(ctx, `UPDATE messages SET metadata = $2 WHERE id = $1`, i64(id), string(writeObject(mergeFields(fields, compacted))))
+		merged := writeObject(mergeFields(fields, compacted))
+		_, err := tx.Exec(ctx, `UPDATE messages SET metadata = $2, interrupted = $3 WHERE id = $1`, i64(id), string(merged), metaInterrupted(merged))
 		return err
 	})
 }

@@ -24,7 +24,9 @@ import (
 // schemaVersion is the layout version this code writes. Opening a file written by a newer citegate
 // fails instead of silently misreading it. Version 2 added the run → messages index and the kind
 // byte in session_messages values; Open fills both in for a version-1 file (migrateV2).
-const schemaVersion = 2
+// Version 3 added the dialog projection (session_dialog, see dialog.go); Open builds it for an
+// older file (migrateV3).
+const schemaVersion = 3
 
 // defaultTimeout bounds the wait for the file lock so a second process fails fast instead of hanging.
 const defaultTimeout = time.Second
@@ -63,7 +65,7 @@ var (
 		bucketMeta, bucketSessions, bucketUserSessions, bucketConversations, bucketMessages,
 		bucketSessionMessages, bucketRuns, bucketSessionRuns, bucketRunning, bucketUsers,
 		bucketUserTokens, bucketUserNames, bucketShares, bucketSeen, bucketUserShares, bucketRunMessages,
-		bucketAudit,
+		bucketAudit, bucketSessionDialog,
 	}
 
 	keySchemaVersion = []byte("schema_version")
@@ -171,6 +173,11 @@ func (s *Store) init() error {
 			if v < 2 {
 				if err := migrateV2(tx); err != nil {
 					return fmt.Errorf("upgrade schema %d → 2: %w", v, err)
+				}
+			}
+			if v < 3 {
+				if err := migrateV3(tx); err != nil {
+					return fmt.Errorf("upgrade schema %d → 3: %w", v, err)
 				}
 			}
 		}

@@ -96,6 +96,12 @@ var tests = []struct {
 	{"ReopenKeepsEverything", testReopenKeepsEverything},
 	{"CrashLeftoverRunsBecomeFailed", testCrashLeftoverRunsBecomeFailed},
 	{"CancelledContextStartsNoTransaction", testCancelledContextStartsNoTransaction},
+	{"StartTurnStoresQuestionAndRunTogether", testStartTurnStoresQuestionAndRunTogether},
+	{"StartTurnAllOrNothing", testStartTurnAllOrNothing},
+	{"StartedTurnSurvivesACrash", testStartedTurnSurvivesACrash},
+	{"AppendMessagesInOneStep", testAppendMessagesInOneStep},
+	{"ConcurrentTurnsKeepSessionOrder", testConcurrentTurnsKeepSessionOrder},
+	{"DialogLinesMatchTheDialog", testDialogLinesMatchTheDialog},
 }
 
 // Run runs the whole suite against one backend, each test on a fresh database.
