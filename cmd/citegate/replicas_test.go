@@ -204,34 +204,7 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 		"CITEGATE_WECHAT_APP_ID=wx-app", "CITEGATE_WECHAT_APP_SECRET=wx-secret", "CITEGATE_WECHAT_TOKEN=wx-token",
 		"CITEGATE_WECHAT_API_BASE_URL=" + wx.URL, "CITEGATE_LOG_LEVEL=warn",
 	}
-	start := func(name string) *replicaProc {
-		t.Helper()
-		addr := freeAddr(t)
-		p := &replicaProc{name: name, base: "http://" + addr, logs: &testkit.SyncBuffer{}, done: make(chan struct{})}
-		p.cmd = citegateProcess("serve", "--data", filepath.Join(dir, name+"-"+addr), "--addr", addr, "--config", cfgPath)
-		p.cmd.Env = append(p.cmd.Env, env...)
-		p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-		require.NoError(t, p.cmd.Start())
-		go func() { _ = p.cmd.Wait(); close(p.done) }()
-		t.Cleanup(func() {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-			if t.Failed() {
-				t.Logf("%s log:\n%s", name, p.logs.String())
-			}
-		})
-		// Ready: the store answers and the bus listens, so nothing published from now on is missed.
-		client := &http.Client{Timeout: 2 * time.Second}
-		waitUntil(t, 60*time.Second, func() bool {
-			resp, err := client.Get(p.base + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		}, "replica did not become ready: %s", p.logs)
-		return p
-	}
+	start := func(name string) *replicaProc { t.Helper(); return startReplica(t, dir, cfgPath, env, name) }
 	admin := func(args ...string) string {
 		t.Helper()
 		cmd := citegateProcess(args...)
@@ -253,6 +226,12 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	created := onA.until("", "session.created")
 	sid := created[len(created)-1]["sessionId"].(string)
 	framesA := onA.until(sid, "run.finished")
+	// B's tab of the same user learns of the new session first (over the bus), with the sender's
+	// clientMsgId and its title, then sees the run.
+	createdB := onB.until(sid, "session.created")
+	require.Len(t, createdB, 1, "session.created comes before the run's frames: %v", createdB)
+	assert.Equal(t, "k1", createdB[0]["clientMsgId"])
+	assert.Equal(t, "年假有几天？", createdB[0]["session"].(map[string]any)["title"])
 	framesB := onB.until(sid, "run.finished")
 	// answer.html frames are coalesced renders of the text so far: how many there are and where they
 	// fall depends on timing on each replica, so the comparison leaves them out.
@@ -407,6 +386,39 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	fin = onB.until(sid2, "run.finished")
 	assert.Equal(t, "COMPLETED", fin[len(fin)-1]["phase"])
 	_ = d
+}
+
+// startReplica starts a `citegate serve` process named name with the environment env (store, model,
+// channels) and the config file cfgPath, its data directory under dir, and waits until it is ready:
+// the store answers, the bus listens (nothing published from then on is missed) and every
+// configured channel is connected. The process is killed when the test ends; its log is shown when
+// the test failed.
+func startReplica(t *testing.T, dir, cfgPath string, env []string, name string) *replicaProc {
+	t.Helper()
+	addr := freeAddr(t)
+	p := &replicaProc{name: name, base: "http://" + addr, logs: &testkit.SyncBuffer{}, done: make(chan struct{})}
+	p.cmd = citegateProcess("serve", "--data", filepath.Join(dir, name+"-"+addr), "--addr", addr, "--config", cfgPath)
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	require.NoError(t, p.cmd.Start())
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, p.logs.String())
+		}
+	})
+	client := &http.Client{Timeout: 2 * time.Second}
+	waitUntil(t, 60*time.Second, func() bool {
+		resp, err := client.Get(p.base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "replica did not become ready: %s", p.logs)
+	return p
 }
 
 // newSessionOn creates a session through a websocket client (a quick answered turn).
