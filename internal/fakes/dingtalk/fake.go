@@ -563,6 +563,29 @@ func (s *Server) SendFrame(typ, topic, data string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return s.sendFrameOn(c, typ, topic, data)
+}
+
+// live returns every open, healthy connection in the order they were accepted.
+func (s *Server) live() []*wsConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*wsConn
+	for _, c := range s.conns {
+		select {
+		case <-c.done:
+			continue
+		default:
+		}
+		if !c.dead {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// sendFrameOn writes a data frame on c and returns its headers.messageId (new on every frame).
+func (s *Server) sendFrameOn(c *wsConn, typ, topic, data string) (string, error) {
 	id := uuid.NewString()
 	now := time.Now().UnixMilli()
 	df := payload.DataFrame{
@@ -613,6 +636,48 @@ func BotMessage(conversationID, staffID, text string, group bool) chatbot.BotCal
 // Options.WebhookTTL) and a creation time. It returns the message as sent and the frame's
 // headers.messageId (which, as on the platform, differs on every push of the same msgId).
 func (s *Server) PushBotMessage(m chatbot.BotCallbackDataModel) (chatbot.BotCallbackDataModel, string, error) {
+	m = s.withWebhook(m)
+	data, err := json.Marshal(m)
+	if err != nil {
+		return m, "", fmt.Errorf("dingtalkfake: encode bot message: %w", err)
+	}
+	id, err := s.SendFrame("CALLBACK", payload.BotMessageCallbackTopic, string(data))
+	return m, id, err
+}
+
+// PushBotMessageEach sends the same bot message (one msgId, one session webhook) as a CALLBACK
+// frame on every live connection at once, each frame with its own headers.messageId, and returns
+// the message as sent and the frame ids in connection order (their acks: AckFor). DingTalk hands a
+// push to one random connection of the app and may push the same message again (notes/channels.md):
+// with one connection per replica, the pushes of one message can reach every replica.
+// PushBotMessageEach is that worst case, with all the deliveries racing.
+func (s *Server) PushBotMessageEach(m chatbot.BotCallbackDataModel) (chatbot.BotCallbackDataModel, []string, error) {
+	m = s.withWebhook(m)
+	data, err := json.Marshal(m)
+	if err != nil {
+		return m, nil, fmt.Errorf("dingtalkfake: encode bot message: %w", err)
+	}
+	conns := s.live()
+	if len(conns) == 0 {
+		return m, nil, errors.New("dingtalkfake: no live connection")
+	}
+	ids := make([]string, len(conns))
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids[i], errs[i] = s.sendFrameOn(c, "CALLBACK", payload.BotMessageCallbackTopic, string(data))
+		}()
+	}
+	wg.Wait()
+	return m, ids, errors.Join(errs...)
+}
+
+// withWebhook gives m, unless it already carries them, a creation time and a session webhook pointing
+// at the fake (valid for Options.WebhookTTL).
+func (s *Server) withWebhook(m chatbot.BotCallbackDataModel) chatbot.BotCallbackDataModel {
 	now := time.Now()
 	if m.CreateAt == 0 {
 		m.CreateAt = now.UnixMilli()
@@ -629,12 +694,7 @@ func (s *Server) PushBotMessage(m chatbot.BotCallbackDataModel) (chatbot.BotCall
 		m.SessionWebhook = s.URL + PathWebhook + "?session=" + sid
 		m.SessionWebhookExpiredTime = exp.UnixMilli()
 	}
-	data, err := json.Marshal(m)
-	if err != nil {
-		return m, "", fmt.Errorf("dingtalkfake: encode bot message: %w", err)
-	}
-	id, err := s.SendFrame("CALLBACK", payload.BotMessageCallbackTopic, string(data))
-	return m, id, err
+	return m
 }
 
 // SendPing sends a SYSTEM ping frame with an opaque payload and returns the frame id and the data

@@ -708,9 +708,6 @@ func (s *Server) DropConnections() {
 // the client's ack. parts > 1 splits the payload into that many frames (sum/seq headers), which
 // the client reassembles.
 func (s *Server) Push(ctx context.Context, event []byte, parts int) (Ack, error) {
-	if parts < 1 {
-		parts = 1
-	}
 	s.mu.Lock()
 	var conn *wsConn
 	for i := len(s.conns) - 1; i >= 0; i-- {
@@ -719,12 +716,54 @@ func (s *Server) Push(ctx context.Context, event []byte, parts int) (Ack, error)
 			break
 		}
 	}
+	s.mu.Unlock()
 	if conn == nil {
-		s.mu.Unlock()
 		return Ack{}, errors.New("feishufake: no long connection to push to")
 	}
+	return s.pushOn(ctx, conn, event, parts)
+}
+
+// PushEach sends the same event over every open long connection at once, each push a frame of its
+// own (its own frame message_id, as a re-push has), and waits for every ack; the acks come back in
+// connection order. Feishu hands an event to one of an app's connections at random and pushes it
+// again, to a random connection again, while no ack (or a 500) comes back within 3 s
+// (notes/channels.md): with one connection per replica, an event can reach every replica. PushEach
+// is that worst case, with all the deliveries racing.
+func (s *Server) PushEach(ctx context.Context, event []byte) ([]Ack, error) {
+	s.mu.Lock()
+	var conns []*wsConn
+	for _, c := range s.conns {
+		if !c.closed {
+			conns = append(conns, c)
+		}
+	}
+	s.mu.Unlock()
+	if len(conns) == 0 {
+		return nil, errors.New("feishufake: no long connection to push to")
+	}
+	acks := make([]Ack, len(conns))
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			acks[i], errs[i] = s.pushOn(ctx, c, event, 1)
+		}()
+	}
+	wg.Wait()
+	return acks, errors.Join(errs...)
+}
+
+// pushOn sends event over conn (in parts frames) and waits for its ack.
+func (s *Server) pushOn(ctx context.Context, conn *wsConn, event []byte, parts int) (Ack, error) {
+	if parts < 1 {
+		parts = 1
+	}
+	s.mu.Lock()
 	s.frameN++
-	frameID := fmt.Sprintf("frame_%d", s.frameN)
+	frameN := s.frameN
+	frameID := fmt.Sprintf("frame_%d", frameN)
 	ch := make(chan Ack, 1)
 	s.pending[frameID] = ch
 	s.mu.Unlock()
@@ -732,7 +771,7 @@ func (s *Server) Push(ctx context.Context, event []byte, parts int) (Ack, error)
 	size := (len(event) + parts - 1) / parts
 	for i := 0; i < parts; i++ {
 		lo, hi := min(i*size, len(event)), min((i+1)*size, len(event))
-		f := larkws.Frame{SeqID: uint64(i), LogID: uint64(s.frameN), Service: 7, Method: int32(larkws.FrameTypeData), Payload: event[lo:hi]}
+		f := larkws.Frame{SeqID: uint64(i), LogID: uint64(frameN), Service: 7, Method: int32(larkws.FrameTypeData), Payload: event[lo:hi]}
 		for _, h := range [][2]string{
 			{larkws.HeaderType, string(larkws.MessageTypeEvent)},
 			{larkws.HeaderMessageID, frameID},
