@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -92,8 +93,9 @@ type Agent struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[string]*sessionQueue
-	// subs is replaced, never mutated, so emit can use a snapshot without copying.
-	subs    []subscriber
+	// subs is replaced (under mu), never mutated, so emit, which runs for every chunk of every
+	// answer, reads it without a lock.
+	subs    atomic.Pointer[[]subscriber]
 	nextSub int
 }
 
@@ -333,13 +335,15 @@ func (a *Agent) Subscribe(fn Sink) (unsubscribe func()) {
 	a.mu.Lock()
 	id := a.nextSub
 	a.nextSub++
-	a.subs = append(slices.Clip(a.subs), subscriber{id: id, fn: fn})
+	subs := append(slices.Clip(a.subscribers()), subscriber{id: id, fn: fn})
+	a.subs.Store(&subs)
 	a.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			a.mu.Lock()
-			a.subs = slices.DeleteFunc(slices.Clone(a.subs), func(s subscriber) bool { return s.id == id })
+			subs := slices.DeleteFunc(slices.Clone(a.subscribers()), func(s subscriber) bool { return s.id == id })
+			a.subs.Store(&subs)
 			a.mu.Unlock()
 		})
 	}
@@ -374,12 +378,17 @@ func (a *Agent) emit(h *RunHandle, ev Event) {
 	if h.turn.Sink != nil {
 		a.deliver(h.turn.Sink, ev)
 	}
-	a.mu.Lock()
-	subs := a.subs
-	a.mu.Unlock()
-	for _, s := range subs {
+	for _, s := range a.subscribers() {
 		a.deliver(s.fn, ev)
 	}
+}
+
+// subscribers is the current list of subscribers.
+func (a *Agent) subscribers() []subscriber {
+	if p := a.subs.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (a *Agent) deliver(s Sink, ev Event) {

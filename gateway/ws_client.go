@@ -57,8 +57,11 @@ func (d *pendingDelta) encode() ([]byte, error) {
 type client struct {
 	s    *Server
 	conn *websocket.Conn // nil until the upgrade succeeded
-	user store.User
-	lang string
+	// batch is conn's socket, which buffers the write pump's frames while it drains the queue
+	// (ws_batch.go); nil when the connection was made otherwise (tests).
+	batch *batchConn
+	user  store.User
+	lang  string
 
 	mu        sync.Mutex
 	queue     []outFrame
@@ -214,11 +217,16 @@ func (c *client) writePump() {
 			batch, c.queue = c.queue, batch[:0]
 			c.qBytes = 0
 			c.mu.Unlock()
+			if c.batch != nil {
+				c.batch.begin()
+			}
 			for i, f := range batch {
 				select {
 				case <-c.done:
-					// Closing: the rest of the batch is not worth a blocked write.
+					// Closing: the rest of the batch is not worth a blocked write; what was written
+					// of it is whole frames and goes out before the close frame.
 					clear(batch[i:])
+					c.endBatch()
 					c.sendClose()
 					return
 				default:
@@ -235,11 +243,19 @@ func (c *client) writePump() {
 				if err := c.conn.WriteMessage(websocket.TextMessage, data); err != nil {
 					// A failed write (timeout, reset, close already sent) leaves gorilla's writer
 					// refusing every further write, so no partial frame is ever followed by bytes.
+					c.endBatch()
 					c.close()
 					return
 				}
+			}
+			if !c.endBatch() {
+				c.close()
+				return
+			}
+			// The batch is on the socket now: that is when its deltas count as written.
+			now := time.Now()
+			for _, f := range batch {
 				if f.delta != nil {
-					now := time.Now()
 					for _, at := range f.delta.ats {
 						c.s.m.deltaLatency.Observe(now.Sub(at).Seconds())
 					}
@@ -259,6 +275,15 @@ func (c *client) writePump() {
 			return
 		}
 	}
+}
+
+// endBatch writes what the batch buffered; it reports false when that failed (the socket is then
+// refusing every write, and the connection is over).
+func (c *client) endBatch() bool {
+	if c.batch == nil {
+		return true
+	}
+	return c.batch.end() == nil
 }
 
 // sendClose writes the close frame; gorilla refuses it (and anything else) when a close frame

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,8 +49,11 @@ type hub struct {
 	ag       wsAgent
 	maxConns int
 
-	mu     sync.RWMutex
-	users  map[string]map[*client]struct{}
+	mu    sync.RWMutex
+	users map[string]map[*client]struct{}
+	// lists holds each user's clients as a slice that is replaced, never changed, when one comes or
+	// goes, so routing an event takes it without copying.
+	lists  map[string][]*client
 	count  int
 	closed bool
 	wg     sync.WaitGroup
@@ -66,7 +70,7 @@ func newHub(s *Server, st wsStore, ag wsAgent, maxConns int) *hub {
 		maxConns = defaultMaxConnsPerUser
 	}
 	h := &hub{s: s, st: st, ag: ag, maxConns: maxConns, users: make(map[string]map[*client]struct{}),
-		owners: newOwnerCache(), runs: newRunTracker(s.m)}
+		lists: make(map[string][]*client), owners: newOwnerCache(), runs: newRunTracker(s.m)}
 	h.lanes = newLanes(h)
 	h.live = newLiveAnswers(h)
 	h.deltas = newDeltaJoiner(h.forward, s.cfg.Now, func() { s.recoverGo("websocket delta flush") })
@@ -90,6 +94,7 @@ func (h *hub) register(c *client) error {
 		h.users[c.user.ID] = set
 	}
 	set[c] = struct{}{}
+	h.lists[c.user.ID] = append(slices.Clip(h.lists[c.user.ID]), c)
 	h.count++
 	h.wg.Add(1)
 	h.s.m.wsClients.Inc()
@@ -106,6 +111,9 @@ func (h *hub) unregister(c *client) {
 	delete(set, c)
 	if len(set) == 0 {
 		delete(h.users, c.user.ID)
+		delete(h.lists, c.user.ID)
+	} else {
+		h.lists[c.user.ID] = slices.DeleteFunc(slices.Clone(h.lists[c.user.ID]), func(x *client) bool { return x == c })
 	}
 	h.count--
 	h.wg.Done()
@@ -156,19 +164,11 @@ func (h *hub) closeUser(userID string) {
 	}
 }
 
-// clientsOf returns a snapshot of the user's clients.
+// clientsOf returns a snapshot of the user's clients; callers must not change it.
 func (h *hub) clientsOf(userID string) []*client {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	set := h.users[userID]
-	if len(set) == 0 {
-		return nil
-	}
-	out := make([]*client, 0, len(set))
-	for c := range set {
-		out = append(out, c)
-	}
-	return out
+	return h.lists[userID]
 }
 
 func (h *hub) anyClients() bool {

@@ -279,7 +279,7 @@ func TestWSRawSlowClientDropped(t *testing.T) {
 	u, tok := e.user("alice")
 	raw := dialRaw(t, e, tok, 4096)
 	c := serverClient(t, e, u.ID, 1)
-	require.NoError(t, c.conn.NetConn().(*net.TCPConn).SetWriteBuffer(4096))
+	require.NoError(t, rawConn(c.conn.NetConn()).(*net.TCPConn).SetWriteBuffer(4096))
 
 	pad := strings.Repeat("x", 1000)
 	var produced []string
@@ -317,7 +317,7 @@ func TestWSRawControlFramesBetweenDataFrames(t *testing.T) {
 	u, tok := e.user("alice")
 	raw := dialRaw(t, e, tok, 8192)
 	c := serverClient(t, e, u.ID, 1)
-	require.NoError(t, c.conn.NetConn().(*net.TCPConn).SetWriteBuffer(8192))
+	require.NoError(t, rawConn(c.conn.NetConn()).(*net.TCPConn).SetWriteBuffer(8192))
 
 	const messages, pings = 60, 300
 	pad := strings.Repeat("z", 40<<10) // > the 4 KiB write buffer: gorilla fragments it

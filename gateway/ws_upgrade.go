@@ -45,13 +45,15 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.hub.unregister(c)
-	conn, err := upgrader.Upgrade(w, r, nil)
+	// The upgrader gets the socket wrapped, so the write pump can batch its writes (ws_batch.go).
+	hw := &batchHijacker{ResponseWriter: w}
+	conn, err := upgrader.Upgrade(hw, r, nil)
 	if err != nil {
 		c.close()
 		return // Upgrade has answered the client already
 	}
 	c.mu.Lock()
-	c.conn = conn
+	c.conn, c.batch = conn, hw.conn
 	c.mu.Unlock()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
