@@ -348,3 +348,63 @@ func TestBusUserFramesReachEveryReplica(t *testing.T) {
 	bf := bobOnB.next()
 	assert.Equal(t, "error", bf["type"], "bob's first frame is the answer to his own request: %v", bf)
 }
+
+// manualClock is a clock a test moves by hand.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *manualClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// With an injected clock: a replica's runs — one executing for many lease periods, one stored and
+// queued behind it and not yet started — keep their leases for as long as the replica renews, while
+// another replica reaps every round; once the owner stops renewing, the other replica fails both
+// within one lease and a quarter.
+func TestLeasesKeepLongAndQueuedRunsAlive(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "citegate.db"), store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	ctx := context.Background()
+	const lease = 20 * time.Second
+	clk := &manualClock{t: time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)}
+	sess, err := st.CreateSession(ctx, store.Session{UserID: "feishu:oc_1", Channel: "feishu"})
+	require.NoError(t, err)
+	long, err := st.CreateRun(ctx, store.Run{SessionID: sess.ID, Channel: "feishu", LeaseOwner: "a", LeaseUntil: clk.now().Add(lease)})
+	require.NoError(t, err)
+	queued, err := st.CreateRun(ctx, store.Run{SessionID: sess.ID, Channel: "feishu", LeaseOwner: "a", LeaseUntil: clk.now().Add(lease)})
+	require.NoError(t, err)
+	var reaped []string
+	newLeases := func(owner string) *Leases {
+		l, err := NewLeases(LeasesConfig{Store: st, Owner: owner, Lease: lease, Now: clk.now,
+			Interrupted: func(r store.Run) { reaped = append(reaped, owner+":"+r.ID) }})
+		require.NoError(t, err)
+		return l
+	}
+	a, b := newLeases("a"), newLeases("b")
+	// Ten lease periods of rounds, every lease/4 as Run ticks, the reaping replica's first.
+	for range 40 {
+		clk.add(lease / 4)
+		b.Round(ctx)
+		a.Round(ctx)
+	}
+	assert.Empty(t, reaped, "no run of a renewing replica is reaped")
+	for _, id := range []string{long.ID, queued.ID} {
+		r, err := st.GetRun(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, store.PhaseRunning, r.Phase)
+		assert.Equal(t, clk.now().Add(lease), r.LeaseUntil.UTC(), "renewed to a lease from now")
+	}
+	// Replica a stops renewing (it died): b fails both once the last renewal's lease has passed.
+	clk.add(lease)
+	b.Round(ctx)
+	assert.Empty(t, reaped, "exactly one lease after the last renewal the runs are still covered")
+	clk.add(lease / 4)
+	b.Round(ctx)
+	assert.ElementsMatch(t, []string{"b:" + long.ID, "b:" + queued.ID}, reaped)
+}
