@@ -140,6 +140,7 @@ func (s *Server) api(h func(w http.ResponseWriter, r *http.Request, u store.User
 			s.writeError(w, r, errCrossOrigin())
 			return
 		}
+		r = withUserLang(r, u)
 		if err := h(w, r, u); err != nil {
 			s.writeError(w, r, err)
 		}
@@ -180,7 +181,7 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := web.RenderIndex(w, web.IndexData{Lang: lang, UserName: u.Name, ModelName: s.ag.ModelName(), Operator: u.Operator}); err != nil {
+	if err := web.RenderIndex(w, web.IndexData{Lang: userLang(r, u), Language: u.Language, UserName: u.Name, ModelName: s.ag.ModelName(), Operator: u.Operator}); err != nil {
 		s.log.WarnContext(r.Context(), "render index", "err", err)
 	}
 }

@@ -67,6 +67,7 @@ type Store interface {
 	RedeemLoginCode(ctx context.Context, code string, sessionTTL time.Duration) (store.User, string, error)
 	CreateWebSession(ctx context.Context, userID string, ttl time.Duration) (string, error)
 	DeleteSession(ctx context.Context, token string) error
+	SetLanguage(ctx context.Context, userID, lang string) (store.User, error)
 	// Audit log.
 	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	AuditSince(ctx context.Context, after uint64, limit int) ([]store.AuditEntry, error)

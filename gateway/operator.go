@@ -71,6 +71,8 @@ func (s *Server) operator(h func(w http.ResponseWriter, r *http.Request, u store
 			s.writeError(w, r, err)
 			return
 		}
+		r = withUserLang(r, u)
+		lang = langOf(r)
 		if !u.Operator {
 			s.notFoundPage(w, r, lang)
 			return

@@ -225,6 +225,7 @@ func (s *Server) routes() (_ http.Handler, err error) {
 	mux.HandleFunc("GET /api/messages/{id}/text", s.api(s.handleMessageText))
 	mux.HandleFunc("PUT /api/messages/{id}/feedback", s.api(s.handleSetFeedback))
 	mux.HandleFunc("DELETE /api/messages/{id}/feedback", s.api(s.handleClearFeedback))
+	s.settingsRoutes(mux)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound()) })
 
 	mux.HandleFunc("GET /s/{token}", s.handleSharePage)
@@ -335,9 +336,13 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// langOf picks the page language from Accept-Language: English when the browser prefers English,
+// langOf picks the page language: a signed-in user's own choice when the request carries it
+// (withUserLang, settings.go), else Accept-Language: English when the browser prefers English,
 // Chinese otherwise (the product's default).
 func langOf(r *http.Request) string {
+	if l := chosenLang(r); l != "" {
+		return l
+	}
 	al := strings.ToLower(strings.TrimSpace(r.Header.Get("Accept-Language")))
 	if strings.HasPrefix(al, "en") {
 		return "en"

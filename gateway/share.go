@@ -21,7 +21,7 @@ func shareHeaders(w http.ResponseWriter) {
 // tokens get the same 404 page.
 func (s *Server) handleSharePage(w http.ResponseWriter, r *http.Request) {
 	shareHeaders(w)
-	lang := langOf(r)
+	lang := s.viewerLang(r)
 	tok := r.PathValue("token")
 	sh, sess, msgs, err := s.shareSnapshot(r, tok)
 	if err != nil {

@@ -31,7 +31,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: "websocket origin not allowed"})
 		return
 	}
-	c := newClient(s, u, langOf(r))
+	c := newClient(s, u, userLang(r, u))
 	// Registering before the upgrade reserves the slot, so concurrent upgrades of one user cannot
 	// together pass the cap, and a refusal is still an HTTP answer the client can read.
 	if err := s.hub.register(c); err != nil {

@@ -46,6 +46,9 @@ type LoginData struct{ Lang, Error string }
 type IndexData struct {
 	Lang, UserName, ModelName string
 	Operator                  bool
+	// Language is the user's stored interface-language choice ("zh", "en", or "" to follow the
+	// browser); the language switcher shows it selected.
+	Language string
 }
 
 // asset is one embedded static file with its precomputed validator.
