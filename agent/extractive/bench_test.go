@@ -1,6 +1,9 @@
 package extractive
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // benchPassages are three search results as the bundled corpus returns them (500-rune passages).
 var benchPassages = []passage{
@@ -11,9 +14,11 @@ var benchPassages = []passage{
 
 // BenchmarkExtractiveCompose measures the extractive model's own cost for one answer: reading the
 // question, splitting and scoring the sentences of three search results, writing the answer.
+// "cold" analyses every passage afresh (a search result never seen before); "memo" finds the
+// passages' analyses in the model's memo, as a repeated search result does.
 func BenchmarkExtractiveCompose(b *testing.B) {
 	for _, q := range []string{"报销多久能到账？", "那差旅报销需要哪些材料？多久能到账？"} {
-		b.Run(q, func(b *testing.B) {
+		b.Run(q+"/cold", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if compose(q, true, benchPassages, nil) == "" {
@@ -21,5 +26,28 @@ func BenchmarkExtractiveCompose(b *testing.B) {
 				}
 			}
 		})
+		b.Run(q+"/memo", func(b *testing.B) {
+			memo := newAnalysisMemo(memoEntries)
+			b.ReportAllocs()
+			for b.Loop() {
+				if composeMemo(memo, q, true, benchPassages, nil) == "" {
+					b.Fatal("empty answer")
+				}
+			}
+		})
 	}
+}
+
+// BenchmarkStreamText measures handing an answer out in deltas.
+func BenchmarkStreamText(b *testing.B) {
+	text := compose("那差旅报销需要哪些材料？多久能到账？", true, benchPassages, nil)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n = 0
+		if _, err := streamText(context.Background(), text, func(string) { n++ }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n), "deltas/answer")
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,13 +22,15 @@ import (
 // sentences of the results that overlap the question most and cites each with its result's ref.
 // It is citegate's offline default and exercises the whole pipeline (tools, registry, streaming,
 // verification) deterministically.
-type extractiveModel struct{}
+type extractiveModel struct {
+	memo *analysisMemo
+}
 
 // New returns the offline extractive model.
-func New() llm.Model { return extractiveModel{} }
+func New() llm.Model { return &extractiveModel{memo: newAnalysisMemo(memoEntries)} }
 
 // Name implements llm.Model.
-func (extractiveModel) Name() string { return "extractive (no LLM)" }
+func (*extractiveModel) Name() string { return "extractive (no LLM)" }
 
 const (
 	extractiveMaxSentences = 3
@@ -44,14 +45,12 @@ const (
 	extractiveMinScore = 0.25
 	// extractiveSingleTermScore is the share a sentence matching a single question term must reach.
 	extractiveSingleTermScore = 0.4
-	// extractiveChunkRunes is the size of streamed deltas, small so streaming paths are exercised.
-	extractiveChunkRunes = 3
-	maxQueryRunes        = 200
+	maxQueryRunes             = 200
 )
 
 // Generate implements Model. The first round searches once per part of the question (see
 // parseQuestion); the second answers each part from its own search results.
-func (extractiveModel) Generate(ctx context.Context, req llm.Request, onDelta func(string)) (llm.Response, error) {
+func (m *extractiveModel) Generate(ctx context.Context, req llm.Request, onDelta func(string)) (llm.Response, error) {
 	lastUser := -1
 	for i, m := range req.Messages {
 		if m.Role == "user" {
@@ -106,7 +105,7 @@ func (extractiveModel) Generate(ctx context.Context, req llm.Request, onDelta fu
 			results[k] = append(results[k], ps...)
 		}
 	}
-	return streamText(ctx, composeParts(q, results, searchErrs), onDelta)
+	return streamText(ctx, composeParts(m.memo, q, results, searchErrs), onDelta)
 }
 
 func pick(zh bool, a, b string) string {
@@ -114,27 +113,6 @@ func pick(zh bool, a, b string) string {
 		return a
 	}
 	return b
-}
-
-// streamText hands text to onDelta a few runes at a time.
-func streamText(ctx context.Context, text string, onDelta func(string)) (llm.Response, error) {
-	var sent strings.Builder
-	rest := text
-	for rest != "" {
-		if err := ctx.Err(); err != nil {
-			return llm.Response{Text: sent.String()}, fmt.Errorf("extractive: %w", err)
-		}
-		n := 0
-		for i := 0; i < extractiveChunkRunes && n < len(rest); i++ {
-			_, size := utf8.DecodeRuneInString(rest[n:])
-			n += size
-		}
-		chunk := rest[:n]
-		rest = rest[n:]
-		sent.WriteString(chunk)
-		onDelta(chunk)
-	}
-	return llm.Response{Text: text}, nil
 }
 
 // passage is one search result's content with the ref the loop gave it.
@@ -210,19 +188,24 @@ func isMetaSentence(s string) bool {
 
 // compose answers question from passages, every part of it from all of them; see composeParts.
 func compose(question string, zh bool, passages []passage, searchErrs []string) string {
+	return composeMemo(nil, question, zh, passages, searchErrs)
+}
+
+// composeMemo is compose with the passages' analyses kept in memo.
+func composeMemo(memo *analysisMemo, question string, zh bool, passages []passage, searchErrs []string) string {
 	q := parseQuestion(question)
 	q.zh = zh
 	results := make([][]passage, len(q.parts))
 	for i := range results {
 		results[i] = passages
 	}
-	return composeParts(q, results, searchErrs)
+	return composeParts(memo, q, results, searchErrs)
 }
 
 // composeParts writes the answer: for each part of the question the best sentences of that part's
 // search results, each cited with its source's ref, and a plain "not found" for a part nothing
 // answers. An answer drawn only from documents in the other language says so first.
-func composeParts(q question, results [][]passage, searchErrs []string) string {
+func composeParts(memo *analysisMemo, q question, results [][]passage, searchErrs []string) string {
 	total := 0
 	for _, r := range results {
 		total += len(r)
@@ -236,7 +219,7 @@ func composeParts(q question, results [][]passage, searchErrs []string) string {
 	found, other := 0, 0
 	seen := map[string]bool{}
 	for i, p := range q.parts {
-		for _, c := range selectSentences(p, results[i]) {
+		for _, c := range selectSentences(memo, p, results[i]) {
 			// A sentence that answers two parts is said once.
 			if seen[c.text] {
 				continue
@@ -288,6 +271,7 @@ func composeParts(q question, results [][]passage, searchErrs []string) string {
 type concept struct {
 	term    string   // a term of textseg.Terms; "" for a lexicon group
 	phrases []string // lower-case lexicon phrases
+	han     []bool   // han[i]: textseg.HasHan(phrases[i])
 	factor  float64  // 1 for the part's own words, topicFactor for the topic it borrowed
 }
 
@@ -303,8 +287,8 @@ func (c concept) in(terms map[string]bool, lower string) bool {
 		}
 		return terms[c.term]
 	}
-	for _, p := range c.phrases {
-		if textseg.ContainsPhrase(lower, p) {
+	for i, p := range c.phrases {
+		if textseg.ContainsPhraseHan(lower, p, c.han[i]) {
 			return true
 		}
 	}
@@ -325,10 +309,12 @@ func conceptsOf(text string, factor float64) []concept {
 	var out []concept
 	for _, g := range groups {
 		ph := make([]string, len(g))
+		han := make([]bool, len(g))
 		for i, p := range g {
 			ph[i] = strings.ToLower(p)
+			han[i] = textseg.HasHan(ph[i])
 		}
-		out = append(out, concept{phrases: ph, factor: factor})
+		out = append(out, concept{phrases: ph, han: han, factor: factor})
 	}
 	ts := textseg.Terms(rest)
 	keys := make([]string, 0, len(ts))
@@ -346,7 +332,7 @@ func conceptsOf(text string, factor float64) []concept {
 // the part's concepts (weighted by rarity among the retrieved sentences), preferring figures for
 // an amount question and steps for a how-question; for a list question, the items of the best
 // sentence's section.
-func selectSentences(p qpart, passages []passage) []scored {
+func selectSentences(memo *analysisMemo, p qpart, passages []passage) []scored {
 	list := p.list
 	concepts := conceptsOf(p.text, 1)
 	own := len(concepts)
@@ -380,28 +366,22 @@ func selectSentences(p qpart, passages []passage) []scored {
 	}
 	want := quantityWanted(p.text)
 	howTo := asksHow(p.text)
-	titleTerms := map[string]map[string]bool{}
-	for _, ps := range passages {
-		if titleTerms[ps.title] == nil {
-			titleTerms[ps.title] = textseg.Terms(ps.title)
-		}
-	}
 	var sents []candidate
 	seen := map[string]bool{}
 	for pi, ps := range passages {
-		for _, s := range passageSentences(ps.content) {
-			// Questions (FAQ headings) and lead-ins to a list ("…计算：") answer nothing by themselves.
-			if seen[s.text] || strings.HasSuffix(s.text, "？") || strings.HasSuffix(s.text, "?") || strings.HasSuffix(s.text, "：") || strings.HasSuffix(s.text, ":") {
+		title := memo.title(ps.title)
+		for _, s := range memo.passage(ps.content) {
+			if seen[s.text] {
 				continue
 			}
 			seen[s.text] = true
-			num, unit := want.match(s.text)
+			num, unit := want.matchLower(s.lower)
 			// The document's title and the section heading say what a sentence is about.
 			sents = append(sents, candidate{
-				scored: scored{text: s.text, ref: ps.ref, order: len(sents), meta: isMetaSentence(s.text), han: textseg.ReadsAsChinese(s.text), pass: pi, ctx: s.context, item: s.item, step: s.step},
-				terms:  textseg.Terms(s.text), lower: strings.ToLower(s.text),
-				context: textseg.Terms(s.context), ctxLow: strings.ToLower(s.context),
-				title: titleTerms[ps.title], titLow: strings.ToLower(ps.title),
+				scored: scored{text: s.text, ref: ps.ref, order: len(sents), meta: s.meta, han: s.han, pass: pi, ctx: s.context, item: s.item, step: s.step},
+				terms:  s.terms, lower: s.lower,
+				context: s.ctxTerms, ctxLow: s.ctxLow,
+				title: title.terms, titLow: title.lower,
 				step: s.step, hasNum: num, hasUnit: unit,
 			})
 		}
@@ -410,27 +390,58 @@ func selectSentences(p qpart, passages []passage) []scored {
 	// distinguish the question ("写错") count more than the topic every result shares ("发票").
 	weight := make([]float64, len(concepts))
 	total := 0.0
+	// Whether a sentence, its heading or its document's title names a concept is asked more than
+	// once below; each is worked out once. Sentences under one heading share its answers, and the
+	// sentences of one passage their title's.
+	nc := len(concepts)
+	inSent := make([]bool, len(sents)*nc)
 	for i, c := range concepts {
 		df := 0
-		for _, s := range sents {
+		for si, s := range sents {
 			if c.in(s.terms, s.lower) {
+				inSent[si*nc+i] = true
 				df++
 			}
 		}
 		weight[i] = c.factor * (1 + math.Log(float64(len(sents)+1)/float64(df+1)))
 		total += weight[i]
 	}
+	ctxIn := map[string][]bool{}
+	ctxHits := func(s *candidate) []bool {
+		h, ok := ctxIn[s.ctx]
+		if !ok {
+			h = make([]bool, nc)
+			for i, c := range concepts {
+				h[i] = c.in(s.context, s.ctxLow)
+			}
+			ctxIn[s.ctx] = h
+		}
+		return h
+	}
+	titleIn := make([][]bool, len(passages))
+	titleHits := func(s *candidate) []bool {
+		if titleIn[s.pass] == nil {
+			h := make([]bool, nc)
+			for i, c := range concepts {
+				h[i] = c.in(s.title, s.titLow)
+			}
+			titleIn[s.pass] = h
+		}
+		return titleIn[s.pass]
+	}
 	var cands []scored
-	for _, s := range sents {
+	for si := range sents {
+		s := &sents[si]
 		hit, ctxHit, sum := 0, 0, 0.0
 		var hits uint64
 		about := false
+		inCtx, inTitle := ctxHits(s), titleHits(s)
 		for i, c := range concepts {
-			if c.factor == 1 && !about && (c.in(s.context, s.ctxLow) || c.in(s.title, s.titLow)) {
+			if c.factor == 1 && !about && (inCtx[i] || inTitle[i]) {
 				about = true
 			}
 			switch {
-			case c.in(s.terms, s.lower):
+			case inSent[si*nc+i]:
 				if c.factor == 1 {
 					hit++
 				}
@@ -438,13 +449,13 @@ func selectSentences(p qpart, passages []passage) []scored {
 					hits |= 1 << i
 				}
 				sum += weight[i]
-			case c.in(s.context, s.ctxLow):
+			case inCtx[i]:
 				// The heading says what the sentence is about ("## 自助重置密码" over "输入域账号…").
 				if c.factor == 1 {
 					ctxHit++
 				}
 				sum += 0.5 * weight[i]
-			case c.in(s.title, s.titLow):
+			case inTitle[i]:
 				// The title says so too, but for every sentence of the document alike.
 				if c.factor == 1 {
 					ctxHit++
@@ -538,9 +549,9 @@ func selectSentences(p qpart, passages []passage) []scored {
 					continue
 				}
 				cover := 0.0
-				s := sents[c.order]
-				for i, k := range concepts {
-					if k.in(s.context, s.ctxLow) {
+				inCtx := ctxHits(&sents[c.order])
+				for i := range concepts {
+					if inCtx[i] {
 						cover += weight[i]
 					}
 				}
@@ -682,7 +693,7 @@ func passageSentences(text string) []sentence {
 		}
 		header = nil
 		line := cleanLine(raw)
-		step := numberedItem.MatchString(raw)
+		step := isNumberedItem(raw)
 		item := step || strings.HasPrefix(raw, "- ") || strings.HasPrefix(raw, "* ") || strings.HasPrefix(raw, "+ ")
 		if line == "" {
 			continue
@@ -805,7 +816,19 @@ func appendSentence(out []sentence, s sentence) []sentence {
 	return append(out, s)
 }
 
-var numberedItem = regexp.MustCompile(`^\d{1,3}[.)、] ?`)
+// isNumberedItem reports a numbered list item: one to three ASCII digits, then ".", ")" or "、"
+// (what the regular expression `^\d{1,3}[.)、]` matches, without running one per line).
+func isNumberedItem(line string) bool {
+	n := 0
+	for n < len(line) && n <= 3 && '0' <= line[n] && line[n] <= '9' {
+		n++
+	}
+	if n == 0 || n > 3 {
+		return false
+	}
+	rest := line[n:]
+	return strings.HasPrefix(rest, ".") || strings.HasPrefix(rest, ")") || strings.HasPrefix(rest, "、")
+}
 
 // cleanLine strips Markdown decoration: headings, list bullets, emphasis, code ticks and table
 // pipes (a table row becomes its cells joined by commas; separator rows vanish).
@@ -899,7 +922,14 @@ func (q quantity) match(s string) (number, unit bool) {
 	if !q.number {
 		return false, false
 	}
-	ls := strings.ToLower(s)
+	return q.matchLower(strings.ToLower(s))
+}
+
+// matchLower is match for a text already in lower case.
+func (q quantity) matchLower(ls string) (number, unit bool) {
+	if !q.number {
+		return false, false
+	}
 	for i, r := range ls {
 		if r < '0' || r > '9' {
 			continue

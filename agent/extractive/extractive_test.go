@@ -116,11 +116,19 @@ func TestCompose(t *testing.T) {
 			want: "I could not find anything directly relevant to this question in the retrieved sources.",
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, compose(tc.question, textseg.HasHan(tc.question), tc.ps, tc.errs))
-		})
+	// One memo serves every case twice: an analysis made for one question (cold) and found again
+	// for another (warm) answers exactly as a fresh one does.
+	memo := newAnalysisMemo(memoEntries)
+	for round := range 2 {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				assert.Equal(t, tc.want, compose(tc.question, textseg.HasHan(tc.question), tc.ps, tc.errs))
+				assert.Equal(t, tc.want, composeMemo(memo, tc.question, textseg.HasHan(tc.question), tc.ps, tc.errs), "memo, round %d", round)
+			})
+		}
 	}
+	assert.Positive(t, memo.hits.Load())
+	assert.Positive(t, memo.misses.Load())
 }
 
 func TestQuantityWanted(t *testing.T) {

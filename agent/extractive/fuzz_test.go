@@ -1,6 +1,7 @@
 package extractive
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -26,5 +27,18 @@ func FuzzParseQuestion(f *testing.F) {
 			}
 		}
 		_ = compose(s, q.zh, []passage{{ref: 1, title: "T", content: "## 标题\n1. 第一步。\n- 要点一；要点二\n| a | b |\n| --- | --- |\n| 1 | 2 |"}}, nil)
+	})
+}
+
+// FuzzNumberedItem: isNumberedItem answers as the regular expression it replaced.
+func FuzzNumberedItem(f *testing.F) {
+	for _, s := range []string{"1. a", "12) b", "123、c", "1234. d", "1.", "a1.", "", "1", "١. x", "01、"} {
+		f.Add(s)
+	}
+	re := regexp.MustCompile(`^\d{1,3}[.)、] ?`)
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := isNumberedItem(s), re.MatchString(s); got != want {
+			t.Fatalf("isNumberedItem(%q) = %v, want %v", s, got, want)
+		}
 	})
 }

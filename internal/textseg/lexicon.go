@@ -104,8 +104,14 @@ func (l Lexicon) Match(q string) (groups [][]string, rest string) {
 // Latin ("lock" in "locked", not in "block"). s must be lower-case.
 func ContainsPhrase(s, p string) bool { return phraseIndex(s, p) >= 0 }
 
-func phraseIndex(s, p string) int {
-	if HasHan(p) {
+// ContainsPhraseHan is ContainsPhrase for a phrase p whose HasHan(p) the caller already knows (han):
+// scoring asks about the same phrases for every sentence.
+func ContainsPhraseHan(s, p string, han bool) bool { return phraseIndexHan(s, p, han) >= 0 }
+
+func phraseIndex(s, p string) int { return phraseIndexHan(s, p, HasHan(p)) }
+
+func phraseIndexHan(s, p string, han bool) int {
+	if han {
 		return strings.Index(s, p)
 	}
 	off := 0

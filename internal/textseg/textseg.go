@@ -137,7 +137,8 @@ func Fold(w string) string {
 // HasHan reports whether s contains a Han character.
 func HasHan(s string) bool {
 	for _, r := range s {
-		if unicode.Is(unicode.Han, r) {
+		// No Han character lies below U+2E80: most runes need no table lookup.
+		if r >= 0x2E80 && unicode.Is(unicode.Han, r) {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package textseg
 
 import (
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -71,4 +72,13 @@ func TestReadsAsChinese(t *testing.T) {
 	assert.True(t, ReadsAsChinese("打开密码自助服务门户 https://password.example.com（公司内网和外网均可访问）。"))
 	assert.False(t, ReadsAsChinese("This is the English version of the Chinese guide 域账号密码重置."))
 	assert.False(t, ReadsAsChinese("Use the VPN."))
+}
+
+// TestHasHanBelow2E80: the fast path of HasHan relies on no Han character lying below U+2E80.
+func TestHasHanBelow2E80(t *testing.T) {
+	for r := rune(0); r < 0x2E80; r++ {
+		if unicode.Is(unicode.Han, r) {
+			t.Fatalf("U+%04X is Han", r)
+		}
+	}
 }
