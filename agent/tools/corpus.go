@@ -600,6 +600,21 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 	}
 	// A fixed order keeps floating-point sums, and so tie-breaks, deterministic.
 	sort.Slice(terms, func(i, j int) bool { return terms[i].term < terms[j].term })
+	// Which query terms each unit holds, in term order, worked out once: a unit lies in many of
+	// the overlapping windows below. The sums below add the same values in the same order as a
+	// scan of every term of every unit of every window would.
+	hits := make([][]int, len(d.units))
+	for k := range d.units {
+		for n, w := range terms {
+			if _, hit := d.units[k].terms[w.term]; hit {
+				hits[k] = append(hits[k], n)
+			}
+		}
+	}
+	maxIDF := 0.0 // every window scores at least one unit, so this is the maximum over all terms
+	for _, w := range terms {
+		maxIDF = max(maxIDF, w.idf)
+	}
 	seen := make([]int, len(terms))
 	var best []int
 	bestScore := -1.0
@@ -630,13 +645,9 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 		for len(window) > prefix+1 && d.units[window[len(window)-1]].kind == unitHeading {
 			window = window[:len(window)-1]
 		}
-		maxIDF := 0.0
 		for _, k := range window[prefix:] {
-			for n, w := range terms {
-				maxIDF = max(maxIDF, w.idf)
-				if _, hit := d.units[k].terms[w.term]; !hit {
-					continue
-				}
+			for _, n := range hits[k] {
+				w := terms[n]
 				// A Chinese name quoted in an English line ("the Chinese guide 域账号密码重置") does not
 				// make it the passage a Chinese query term asks for.
 				if w.han && d.units[k].english {
@@ -655,10 +666,8 @@ func (c *Corpus) bestPassage(d *corpusDoc, qterms map[string]struct{}) string {
 		}
 		// A window that opens with a heading naming the question's terms is that section.
 		if d.units[i].kind == unitHeading {
-			for _, w := range terms {
-				if _, hit := d.units[i].terms[w.term]; hit {
-					score += 0.3 * w.idf
-				}
+			for _, n := range hits[i] {
+				score += 0.3 * terms[n].idf
 			}
 		}
 		if last := window[len(window)-1]; last+1 < len(d.units) && d.units[last+1].kind == unitTableRow &&

@@ -498,3 +498,20 @@ func TestCorpusConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkWebSearchCall is one web_search tool call on the bundled corpus as a turn makes it:
+// arguments decoded, the corpus searched, each result's text cleaned and cut, the result encoded.
+func BenchmarkWebSearchCall(b *testing.B) {
+	c := load(b, "", testPublicURL)
+	ws := NewWebSearch(c, nil)
+	args := []string{`{"query":"电子发票抬头写错了怎么办？"}`, `{"query":"How do I reset my password?"}`, `{"query":"报销多久能到账？"}`, `{"query":"VPN 连不上怎么办？"}`}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if out, err := ws.Call(ctx, args[i%len(args)]); err != nil || strings.Contains(out, `"error"`) {
+			b.Fatal(out, err)
+		}
+		i++
+	}
+}

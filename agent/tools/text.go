@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"codeberg.org/readeck/go-readability/v2/render"
@@ -25,6 +26,14 @@ var (
 // cleanText normalises whitespace: runs of spaces collapse, trailing spaces go, at most one blank
 // line separates paragraphs, and the result is valid UTF-8.
 func cleanText(s string) string {
+	if isClean(s) {
+		return s // search results from the corpus were cleaned when it was loaded
+	}
+	return cleanTextSteps(s)
+}
+
+// cleanTextSteps is cleanText done step by step, for text that needs it.
+func cleanTextSteps(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.ReplaceAll(s, "\r\n", "\n")
 	s = strings.ReplaceAll(s, "\r", "\n")
@@ -35,6 +44,55 @@ func cleanText(s string) string {
 	s = strings.Join(lines, "\n")
 	s = blankLines.ReplaceAllString(s, "\n\n")
 	return strings.TrimSpace(s)
+}
+
+// isClean reports, in one pass and without a regular expression, that cleanText would return s
+// unchanged: valid UTF-8 without carriage returns, tabs or space characters other than single
+// ASCII spaces between words, no line beginning or ending in white space, no run of three line
+// breaks, and no white space at either end. FuzzCleanText checks it against cleanText's own steps.
+func isClean(s string) bool {
+	if s == "" {
+		return true
+	}
+	newlines := 0      // consecutive line breaks just seen
+	prevSpace := false // the previous byte was an ASCII space
+	lineStart := true  // at the start of a line
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '\n':
+				if prevSpace {
+					return false // a line ending in a space
+				}
+				if newlines++; newlines >= 3 {
+					return false
+				}
+				lineStart = true
+			case c == ' ':
+				if prevSpace || lineStart {
+					return false
+				}
+				prevSpace = true
+				i++
+				continue
+			case c == '\t' || c == '\r' || c == '\v' || c == '\f':
+				return false
+			default:
+				newlines, lineStart = 0, false
+			}
+			prevSpace = false
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || unicode.IsSpace(r) || unicode.Is(unicode.Zs, r) {
+			return false
+		}
+		newlines, lineStart, prevSpace = 0, false, false
+		i += size
+	}
+	return !prevSpace && s[0] != '\n' && s[len(s)-1] != '\n'
 }
 
 // truncateRunes cuts s to at most max runes. It reports whether anything was cut.
