@@ -11,7 +11,8 @@ import (
 
 // userFrameTypes are the frames accepted from another replica for a user's clients. Anything else
 // is dropped: the bus carries only what the desktop contract lets every tab see.
-var userFrameTypes = map[string]bool{"session.created": true, "session.updated": true, "session.deleted": true}
+var userFrameTypes = map[string]bool{"session.created": true, "session.updated": true, "session.deleted": true,
+	"settings.updated": true} // settings.updated concerns the user, not a session (settings.go)
 
 // toUserEverywhere sends f to every client of the user, on this replica and on every other.
 func (s *Server) toUserEverywhere(userID string, f *wsFrame) {
@@ -42,7 +43,7 @@ func (h *hub) onRemoteUserFrame(userID string, frame []byte) {
 		Type      string `json:"type"`
 		SessionID string `json:"sessionId"`
 	}
-	if err := json.Unmarshal(frame, &head); err != nil || !userFrameTypes[head.Type] || head.SessionID == "" {
+	if err := json.Unmarshal(frame, &head); err != nil || !userFrameTypes[head.Type] || (head.SessionID == "" && head.Type != "settings.updated") {
 		h.s.log.Warn("event bus: user frame of an unknown kind ignored", "type", head.Type, "err", err)
 		return
 	}

@@ -128,16 +128,18 @@ type settingsFrame struct {
 	Language string `json:"language"`
 }
 
-// notifySettings tells the user's open connections on this server about a changed setting. The page
-// re-renders itself in the new language; connections elsewhere pick the choice up when they next
-// load a page or reconnect, since every request reads the user afresh.
+// notifySettings tells the user's open connections about a changed setting, here and, through the
+// bus, on every other replica (bus_user.go); each page re-renders itself in the new language. A
+// connection that misses the frame picks the choice up when it next loads a page, since every
+// request reads the user afresh.
 func (s *Server) notifySettings(u store.User) {
 	data, err := json.Marshal(settingsFrame{Type: "settings.updated", Language: u.Language})
 	if err != nil {
 		s.log.Error("encode settings frame", "err", err)
 		return
 	}
-	for _, c := range s.hub.clientsOf(u.ID) {
-		c.enqueue(outFrame{data: data})
+	s.hub.toUserRaw(u.ID, data)
+	if s.bus.Shared() {
+		s.bus.PublishUserFrame(u.ID, data)
 	}
 }
