@@ -22,3 +22,15 @@ func boltHarness() storetest.Harness {
 }
 
 func TestConformanceBolt(t *testing.T) { storetest.Run(t, boltHarness()) }
+
+// boltDefaultsHarness opens bbolt with its default options (array freelist synced on every commit),
+// for benchmarks against the options Open uses.
+func boltDefaultsHarness() storetest.Harness {
+	h := boltHarness()
+	newDB := h.NewDB
+	h.NewDB = func(tb testing.TB) storetest.Opener {
+		open := newDB(tb)
+		return func(opt store.Options) (store.Backend, error) { return open(store.WithBoltDefaults(opt)) }
+	}
+	return h
+}

@@ -58,3 +58,10 @@ func PGListBeforeSQL(dialog bool) string { return pgListBeforeSQL(dialog) }
 
 // PGListAfterSQL exposes ListMessagesAfter's page query for the plan test.
 const PGListAfterSQL = pgListAfterSQL
+
+// WithBoltDefaults makes Open use bbolt's default options (array freelist, synced on every commit)
+// instead of boltOptions', for benchmarks that compare them.
+func WithBoltDefaults(opt Options) Options {
+	opt.boltDefaults = true
+	return opt
+}

@@ -80,3 +80,11 @@ func BenchmarkBackends(b *testing.B) {
 	b.Run("bolt", func(b *testing.B) { storetest.Bench(b, boltHarness()) })
 	b.Run("postgres", func(b *testing.B) { storetest.Bench(b, pgHarness()) })
 }
+
+// BenchmarkTurn runs storetest.BenchTurn (a turn's writes in five and in three transactions, the
+// history window from whole messages and from dialog lines) on bbolt and on PostgreSQL in one run.
+func BenchmarkTurn(b *testing.B) {
+	b.Run("bolt", func(b *testing.B) { storetest.BenchTurn(b, boltHarness()) })
+	b.Run("bolt-defaults", func(b *testing.B) { storetest.BenchTurn(b, boltDefaultsHarness()) })
+	b.Run("postgres", func(b *testing.B) { storetest.BenchTurn(b, pgHarness()) })
+}

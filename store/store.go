@@ -88,6 +88,10 @@ type Options struct {
 	// SkipRunRecovery leaves RUNNING runs alone at open: admin commands open the database beside
 	// running servers and must not judge their runs.
 	SkipRunRecovery bool
+
+	// boltDefaults opens bbolt with its own defaults instead of boltOptions' settings (tests and
+	// benchmarks compare the two).
+	boltDefaults bool
 }
 
 // Store is citegate's bbolt-backed persistence. It is safe for concurrent use.
@@ -130,7 +134,7 @@ func Open(path string, opt Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: open %s: create directory: %w", path, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opt.Timeout})
+	db, err := bolt.Open(path, 0o600, boltOptions(opt))
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("store: open %s: %w after waiting %s "+
@@ -139,7 +143,7 @@ func Open(path string, opt Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	db.MaxBatchDelay = batchDelay
+	db.MaxBatchDelay = boltBatchDelay(opt)
 	s := &Store{db: db, path: path, log: opt.Logger, clock: clock{now: opt.Now}}
 	if err := s.init(); err != nil {
 		_ = db.Close()

@@ -1,0 +1,35 @@
+package store
+
+import (
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// boltOptions are the bbolt settings Open uses.
+//
+// FreelistType hashmap: bbolt's default array freelist scans for a run of free pages on every
+// allocation, which grows with the file's fragmentation; the hashmap finds one by size. It may hand
+// out a page other than the lowest free one, which only changes where records sit in the file.
+//
+// NoFreelistSync: by default every commit also writes the whole freelist (one or more pages that
+// grow with the file) before the meta page. Without it a commit writes only the pages it changed
+// and the meta page. This costs no durability: the freelist is derived data (every page that no
+// committed tree reaches), and Open after a crash (or after any close, since the freelist was
+// never written) rebuilds it by walking the trees from the last valid meta page, which is exactly
+// as durable as the data itself. What it costs is time at Open: a walk of every page of the file
+// (measured: see docs/benchmarks.md). etcd runs bbolt with the same two settings.
+//
+// A file written with these settings opens with bbolt's defaults too: the meta page says the
+// freelist is not synced and bbolt rebuilds it (and writes it again on the first commit).
+func boltOptions(opt Options) *bolt.Options {
+	o := &bolt.Options{Timeout: opt.Timeout}
+	if !opt.boltDefaults {
+		o.FreelistType = bolt.FreelistMapType
+		o.NoFreelistSync = true
+	}
+	return o
+}
+
+// boltBatchDelay is db.MaxBatchDelay (see batchDelay).
+func boltBatchDelay(opt Options) time.Duration { return batchDelay }
