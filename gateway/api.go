@@ -154,6 +154,8 @@ type shareJSON struct {
 	ID        string    `json:"id"`
 	SessionID string    `json:"sessionId"`
 	CreatedAt time.Time `json:"createdAt"`
+
+	shareStatsJSON // what the link covers and its views (share_api.go)
 }
 
 // shareListEntry adds what the "shared links" view shows beside each link.
@@ -180,7 +182,7 @@ func (s *Server) shareURL(tok string) string {
 
 func (s *Server) toShareJSON(tok string, sh store.Share) shareJSON {
 	return shareJSON{Token: tok, URL: s.shareURL(tok), Watermark: sh.Watermark, ID: sh.TokenHash,
-		SessionID: sh.SessionID, CreatedAt: sh.CreatedAt}
+		SessionID: sh.SessionID, CreatedAt: sh.CreatedAt, shareStatsJSON: statsJSON(sh.ShareStats)}
 }
 
 // handleCreateShare shares a chat as it is now. Sharing the same chat again while nothing was added
@@ -217,6 +219,7 @@ func (s *Server) handleCreateShare(w http.ResponseWriter, r *http.Request, u sto
 // owner and the console address instead of a token, since an operator opens them through the
 // console, which audits the view (operatorShares).
 func (s *Server) handleListShares(w http.ResponseWriter, r *http.Request, u store.User) error {
+	s.flushViews(r.Context())
 	list, err := s.st.ListShares(r.Context(), u.ID)
 	if err != nil {
 		return s.storeErr("list_shares", err)
@@ -296,39 +299,6 @@ func (s *Server) ownedMessage(r *http.Request, u store.User, rawID string) (stor
 }
 
 var errShareGone = errors.New("share not found")
-
-// shareSnapshot loads a share and the session messages up to its watermark.
-func (s *Server) shareSnapshot(r *http.Request, tok string) (store.Share, store.Session, []store.Message, error) {
-	if tok == "" || len(tok) > maxTokenLen {
-		return store.Share{}, store.Session{}, nil, errShareGone
-	}
-	sh, err := s.st.GetShare(r.Context(), tok)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return sh, store.Session{}, nil, errShareGone
-		}
-		return sh, store.Session{}, nil, s.storeErr("get_share", err)
-	}
-	sess, err := s.st.GetSession(r.Context(), sh.SessionID)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return sh, sess, nil, errShareGone
-		}
-		return sh, sess, nil, s.storeErr("get_session", err)
-	}
-	all, err := s.st.ListMessages(r.Context(), sess.ID)
-	if err != nil {
-		return sh, sess, nil, s.storeErr("list_messages", err)
-	}
-	snap := all[:0:0]
-	for _, m := range all {
-		// Frozen at the watermark: later messages never appear, whatever happens to the session.
-		if m.ID <= sh.Watermark {
-			snap = append(snap, m)
-		}
-	}
-	return sh, sess, snap, nil
-}
 
 func formatBytes(n int) string {
 	switch {

@@ -51,6 +51,8 @@ type Store interface {
 	RevokeShare(ctx context.Context, token, ownerID string) error
 	RevokeShareID(ctx context.Context, id, ownerID string) error
 	RevokeShareAsOperator(ctx context.Context, id string, audit store.AuditEntry) (store.Share, error)
+	AdvanceShare(ctx context.Context, id, ownerID string, watermark uint64) (store.Share, error)
+	viewStore // share page views, batched (share_views.go)
 	// Users, tokens, login codes and browser sessions.
 	CountUsers(ctx context.Context) (int, error)
 	CreateUser(ctx context.Context, name string) (store.User, string, error)

@@ -76,6 +76,8 @@ type Config struct {
 	// Now is the clock. Part of the contract for time-dependent behaviour; the preview recheck
 	// stamps its checkedAt with it.
 	Now func() time.Time
+	// ShareViewFlush is how long share page views are batched before they are written (share_views.go); default 2 s.
+	ShareViewFlush time.Duration
 }
 
 // Server is the gateway. Create it with New; serve it with Serve or mount Handler.
@@ -91,6 +93,7 @@ type Server struct {
 	hub       *hub
 	bus       Bus
 	renders   *renderCache // answer HTML, rendered once per content and citations (render.go)
+	views     *viewCounter // share page views, written in batches (share_views.go)
 	handler   http.Handler
 	unsub     func()
 	// Websocket keepalive: a client that answers nothing for pongWait is dropped; pings go out
@@ -171,6 +174,9 @@ func New(cfg Config) (*Server, error) {
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
 	}
+	if s.views, err = newViewCounter(cfg.Store, s.log, cfg.ShareViewFlush, s.reg); err != nil {
+		return nil, err
+	}
 	if cfg.ChannelStates != nil {
 		if err := s.reg.Register(newChannelStateCollector(cfg.ChannelStates)); err != nil {
 			return nil, fmt.Errorf("gateway: channel state metric: %w", err)
@@ -215,6 +221,8 @@ func (s *Server) routes() (_ http.Handler, err error) {
 	mux.HandleFunc("POST /api/sessions/{id}/shares", s.api(s.handleCreateShare))
 	mux.HandleFunc("GET /api/shares", s.api(s.handleListShares))
 	mux.HandleFunc("DELETE /api/shares/{token}", s.api(s.handleRevokeShare))
+	mux.HandleFunc("GET /api/sessions/{id}/shares", s.api(s.handleChatShares)) // share_api.go
+	mux.HandleFunc("PATCH /api/shares/{token}", s.api(s.handleUpdateShare))
 	mux.HandleFunc("GET /api/sessions/{id}/export.jsonl", s.api(s.handleExport))
 	mux.HandleFunc("GET /api/messages/{id}/citations/{n}/preview", s.api(s.handlePreview))
 	// Message and chat actions (actions.go, chats.go, feedback.go, export_md.go).
@@ -282,6 +290,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	err := srv.Shutdown(shutdownCtx)
 	<-errc
+	_ = s.views.close(shutdownCtx) // a failure is logged; the views of one interval are all it costs
 	if err != nil {
 		return fmt.Errorf("gateway: shutdown: %w", err)
 	}
@@ -295,6 +304,9 @@ func (s *Server) Close() {
 		s.unsub()
 	}
 	s.hub.closeAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.views.close(ctx)
 }
 
 // limiter returns the user's chat.send limiter.

@@ -81,6 +81,9 @@ type Backend interface {
 	ListShares(ctx context.Context, ownerID string) ([]ShareEntry, error)
 	RevokeShare(ctx context.Context, token, ownerID string) error
 	RevokeShareID(ctx context.Context, id, ownerID string) error
+	// AdvanceShare and AddShareViews: a share's coverage and view counts (share_views.go).
+	AdvanceShare(ctx context.Context, id, ownerID string, watermark uint64) (Share, error)
+	AddShareViews(ctx context.Context, views []ShareViews) error
 
 	// Users, access tokens, login codes and browser sessions.
 	CreateUser(ctx context.Context, name string) (User, string, error)

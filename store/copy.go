@@ -369,20 +369,23 @@ func copyKinds() []copyKind {
 				idx := tx.Bucket(bucketUserShares)
 				return forEachJSON(tx.Bucket(bucketShares), func(k []byte, sh Share) error {
 					sh.CreatedAt = canonTime(sh.CreatedAt)
+					sh.WatermarkAt, sh.LastViewedAt = canonTime(sh.WatermarkAt), canonTime(sh.LastViewedAt)
 					token := string(idx.Get(prefixKey(sh.OwnerID, k)))
-					return fn(`INSERT INTO shares (`+pgShareCols+`, token) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
-						[]any{string(k), sh.SessionID, sh.OwnerID, i64(sh.Watermark), sh.CreatedAt, token}, canonShare{sh, token})
+					vals := pgShareRowOf(sh).values()
+					vals[0] = string(k)
+					return fn(`INSERT INTO shares (`+pgShareCols+`, token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
+						append(vals, token), canonShare{sh, token})
 				})
 			},
 			target: func(ctx context.Context, q pgq, fn func(any) error) error {
 				return eachRow(ctx, q, `SELECT `+pgShareCols+`, token FROM shares ORDER BY token_hash COLLATE "C"`,
 					func(row pgx.Row) (canonShare, error) {
 						var (
-							c  canonShare
-							wm int64
+							c canonShare
+							r pgShareRow
 						)
-						err := row.Scan(&c.TokenHash, &c.SessionID, &c.OwnerID, &wm, &c.CreatedAt, &c.Token)
-						c.Watermark, c.CreatedAt = uint64(wm), utc(c.CreatedAt)
+						err := row.Scan(append(r.dest(), &c.Token)...)
+						c.Share = r.share()
 						return c, err
 					}, fn)
 			},

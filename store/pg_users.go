@@ -332,18 +332,14 @@ func (p *PG) CreateWebSession(ctx context.Context, userID string, ttl time.Durat
 
 // Shares.
 
-const pgShareCols = `token_hash, session_id, owner_id, watermark, created_at`
+const pgShareCols = `token_hash, session_id, owner_id, watermark, created_at, ` + pgShareStatsCols
 
 func scanShare(row pgx.Row) (Share, error) {
-	var (
-		sh Share
-		wm int64
-	)
-	if err := row.Scan(&sh.TokenHash, &sh.SessionID, &sh.OwnerID, &wm, &sh.CreatedAt); err != nil {
+	var r pgShareRow
+	if err := row.Scan(r.dest()...); err != nil {
 		return Share{}, err
 	}
-	sh.Watermark, sh.CreatedAt = uint64(wm), utc(sh.CreatedAt)
-	return sh, nil
+	return r.share(), nil
 }
 
 func (p *PG) createSharePG(ctx context.Context, tx pgx.Tx, sessionID, ownerID string, watermark uint64) (string, Share, error) {
@@ -352,8 +348,12 @@ func (p *PG) createSharePG(ctx context.Context, tx pgx.Tx, sessionID, ownerID st
 	}
 	token := randToken(tokenBytes)
 	sh := Share{TokenHash: hashToken(token), SessionID: sessionID, OwnerID: ownerID, Watermark: watermark, CreatedAt: p.nowUTC()}
-	_, err := tx.Exec(ctx, `INSERT INTO shares (`+pgShareCols+`, token) VALUES ($1, $2, $3, $4, $5, $6)`,
-		sh.TokenHash, sh.SessionID, sh.OwnerID, i64(sh.Watermark), sh.CreatedAt, token)
+	var err error
+	if sh.Messages, sh.WatermarkAt, err = pgShareCoverage(ctx, tx, sessionID, watermark); err != nil {
+		return "", Share{}, err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO shares (`+pgShareCols+`, token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		append(pgShareRowOf(sh).values(), token)...)
 	if err != nil {
 		return "", Share{}, err
 	}
@@ -386,12 +386,13 @@ func (p *PG) ShareSession(ctx context.Context, sessionID, ownerID string, waterm
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('citegate.share:' || $1 || chr(1) || $2, 0))`, ownerID, sessionID); err != nil {
 			return fmt.Errorf("share lock: %w", err)
 		}
+		var r pgShareRow
 		err := tx.QueryRow(ctx, `SELECT token, `+pgShareCols+` FROM shares
 			WHERE owner_id = $1 AND session_id = $2 AND watermark = $3 AND token <> ''
 			ORDER BY token_hash COLLATE "C" LIMIT 1`, ownerID, sessionID, i64(watermark)).Scan(
-			&token, &sh.TokenHash, &sh.SessionID, &sh.OwnerID, new(int64), &sh.CreatedAt)
+			append([]any{&token}, r.dest()...)...)
 		if err == nil {
-			sh.Watermark, sh.CreatedAt = watermark, utc(sh.CreatedAt)
+			sh = r.share()
 			return nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -447,7 +448,8 @@ func (n *nullSession) session() Session {
 func (p *PG) ListShares(ctx context.Context, ownerID string) ([]ShareEntry, error) {
 	out := []ShareEntry{}
 	err := p.q(ctx, "list shares", func(q pgq) error {
-		rows, err := q.Query(ctx, `SELECT sh.token_hash, sh.session_id, sh.owner_id, sh.watermark, sh.created_at, sh.token,
+		rows, err := q.Query(ctx, `SELECT sh.token_hash, sh.session_id, sh.owner_id, sh.watermark, sh.created_at,
+			sh.messages, sh.watermark_at, sh.views, sh.last_viewed_at, sh.token,
 			s.id, s.user_id, s.channel, s.title, s.created_at, s.updated_at
 			FROM shares sh LEFT JOIN sessions s ON s.id = sh.session_id WHERE sh.owner_id = $1
 			ORDER BY sh.created_at DESC, sh.watermark DESC, sh.token_hash COLLATE "C"`, ownerID)
@@ -457,11 +459,11 @@ func (p *PG) ListShares(ctx context.Context, ownerID string) ([]ShareEntry, erro
 		out, err = collect(rows, out, func(row pgx.Row) (ShareEntry, error) {
 			var (
 				e  ShareEntry
-				wm int64
+				r  pgShareRow
 				ns nullSession
 			)
-			err := row.Scan(append([]any{&e.TokenHash, &e.SessionID, &e.OwnerID, &wm, &e.CreatedAt, &e.Token}, ns.dest()...)...)
-			e.Watermark, e.CreatedAt, e.Session = uint64(wm), utc(e.CreatedAt), ns.session()
+			err := row.Scan(append(append(r.dest(), &e.Token), ns.dest()...)...)
+			e.Share, e.Session = r.share(), ns.session()
 			return e, err
 		})
 		return err
@@ -530,6 +532,7 @@ func (p *PG) ListAllShares(ctx context.Context) ([]OperatorShare, error) {
 	out := []OperatorShare{}
 	err := p.q(ctx, "list all shares", func(q pgq) error {
 		rows, err := q.Query(ctx, `SELECT sh.token_hash, sh.session_id, sh.owner_id, sh.watermark, sh.created_at,
+			sh.messages, sh.watermark_at, sh.views, sh.last_viewed_at,
 			s.id, s.user_id, s.channel, s.title, s.created_at, s.updated_at,
 			u.id, u.name, u.created_at, u.operator, u.language
 			FROM shares sh LEFT JOIN sessions s ON s.id = sh.session_id LEFT JOIN users u ON u.id = sh.owner_id
@@ -540,16 +543,16 @@ func (p *PG) ListAllShares(ctx context.Context) ([]OperatorShare, error) {
 		out, err = collect(rows, out, func(row pgx.Row) (OperatorShare, error) {
 			var (
 				e         OperatorShare
-				wm        int64
+				r         pgShareRow
 				ns        nullSession
 				uid, name *string
 				created   *time.Time
 				op        *bool
 				language  *string
 			)
-			dest := append([]any{&e.TokenHash, &e.SessionID, &e.OwnerID, &wm, &e.CreatedAt}, ns.dest()...)
+			dest := append(r.dest(), ns.dest()...)
 			err := row.Scan(append(dest, &uid, &name, &created, &op, &language)...)
-			e.Watermark, e.CreatedAt, e.Session = uint64(wm), utc(e.CreatedAt), ns.session()
+			e.Share, e.Session = r.share(), ns.session()
 			if uid != nil {
 				e.Owner = User{ID: *uid, Name: *name, CreatedAt: utcPtr(created), Operator: *op, Language: *language}
 			}

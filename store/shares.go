@@ -101,6 +101,10 @@ func (s *Store) createShareLocked(tx *bolt.Tx, sessionID, ownerID string, waterm
 		Watermark: watermark,
 		CreatedAt: s.nowUTC(),
 	}
+	var err error
+	if sh.Messages, sh.WatermarkAt, err = shareCoverageLocked(tx, sessionID, watermark); err != nil {
+		return "", Share{}, err
+	}
 	if err := putJSON(tx.Bucket(bucketShares), []byte(sh.TokenHash), sh); err != nil {
 		return "", Share{}, err
 	}

@@ -191,6 +191,9 @@ func (s *Store) init() error {
 		if err := indexSharesLocked(tx); err != nil {
 			return err
 		}
+		if err := coverSharesLocked(tx); err != nil {
+			return err
+		}
 		n, err := s.recoverRunsLocked(tx)
 		if err != nil {
 			return err

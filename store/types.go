@@ -141,4 +141,6 @@ type Share struct {
 	OwnerID   string    `json:"ownerId"`
 	Watermark uint64    `json:"watermark"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Coverage and views (share_views.go).
+	ShareStats
 }

@@ -71,8 +71,10 @@ func fillBolt(t *testing.T) boltFixture {
 			f.lastMsg = final.ID
 		}
 		if i == 0 {
-			f.shareToken, _, err = st.CreateShare(ctx, sess.ID, alice.ID, f.lastMsg)
+			var sh store.Share
+			f.shareToken, sh, err = st.CreateShare(ctx, sess.ID, alice.ID, f.lastMsg)
 			require.NoError(t, err)
+			require.NoError(t, st.AddShareViews(ctx, []store.ShareViews{{ID: sh.TokenHash, Count: 7, Last: time.Now()}}))
 		}
 		_, err = st.MarkSeen(ctx, fmt.Sprintf("msg:feishu:%d", i), 48*time.Hour)
 		require.NoError(t, err)
@@ -133,6 +135,8 @@ func TestStoreCopyIdempotentResumableVerified(t *testing.T) {
 	sh, err := dst.GetShare(ctx, f.shareToken)
 	require.NoError(t, err)
 	assert.Equal(t, f.sessions[0], sh.SessionID)
+	assert.Equal(t, uint64(7), sh.Views, "view counts are copied")
+	assert.Equal(t, 6, sh.Messages, "so is what the share covers")
 	for _, sid := range f.sessions {
 		want, err := src.ListMessages(ctx, sid)
 		require.NoError(t, err)

@@ -75,6 +75,7 @@ func init() {
 			"htmlLang": htmlLang,
 			"fmtTime":  fmtTime,
 			"isUser":   func(role string) bool { return role == "USER" },
+			"shareMsg": func(lang string, m MessageView) shareMsg { return shareMsg{Lang: lang, M: m} },
 			"v":        func() string { return assetVersion },
 		}).ParseFS(files, "templates/*.html")
 	}

@@ -86,6 +86,7 @@ var tests = []struct {
 	{"ConversationBinding", testConversationBinding},
 	{"Shares", testShares},
 	{"ShareListAndReuse", testShareListAndReuse},
+	{"ShareCoverageAndAdvance", testShareCoverageAndAdvance}, {"ShareViewsConcurrent", testShareViewsConcurrent},
 	{"CreateUserAndTokenLookup", testCreateUserAndTokenLookup},
 	{"CreateUserNameRules", testCreateUserNameRules},
 	{"UsersSurviveReopen", testUsersSurviveReopen},

@@ -31,7 +31,7 @@ func testShares(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	assert.Len(t, raw, 32, "at least 128 random bits")
 	assert.Equal(t, store.Share{TokenHash: hashToken(token), SessionID: sess.ID, OwnerID: "alice", Watermark: wm,
-		CreatedAt: clock.Now()}, sh)
+		CreatedAt: clock.Now(), ShareStats: store.ShareStats{Messages: 3, WatermarkAt: clock.Now()}}, sh)
 
 	got, err := s.GetShare(ctx, token)
 	require.NoError(t, err)
