@@ -73,10 +73,16 @@ func (p *PG) AddShareViews(ctx context.Context, views []ShareViews) error {
 	for i, v := range views {
 		ids[i], counts[i], lasts[i] = v.ID, i64(v.Count), v.Last
 	}
-	return p.q(ctx, "add share views", func(q pgq) error {
+	return p.tx(ctx, "add share views", func(tx pgx.Tx) error {
+		// Lock the rows in id order first: an UPDATE … FROM joins in whatever order its plan
+		// likes, and two replicas' batches naming the same shares in different orders would
+		// deadlock.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM shares WHERE token_hash = ANY($1::text[]) ORDER BY token_hash COLLATE "C" FOR UPDATE`, ids); err != nil {
+			return err
+		}
 		// One row per id (merged above), so each share is updated once; GREATEST ignores the NULL
 		// of a share never viewed before.
-		_, err := q.Exec(ctx, `UPDATE shares sh SET views = sh.views + v.n, last_viewed_at = GREATEST(sh.last_viewed_at, v.t)
+		_, err := tx.Exec(ctx, `UPDATE shares sh SET views = sh.views + v.n, last_viewed_at = GREATEST(sh.last_viewed_at, v.t)
 			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS v(id, n, t)
 			WHERE sh.token_hash = v.id`, ids, counts, lasts)
 		return err
