@@ -19,10 +19,19 @@ const (
 	// defaultPongWait is how long a connection may stay silent (no frame, no pong) before it is
 	// closed; pings go out at half of it, leaving a whole half for the pong to arrive.
 	defaultPongWait = 60 * time.Second
-	// A client whose queue grows past these limits is too slow to follow its runs and is dropped;
+	// A client whose queue grows past maxQueuedBytes is too slow to follow its runs and is dropped;
 	// the queue itself only holds memory while frames are pending, so idle clients cost little.
-	maxQueuedFrames = 4096
-	maxQueuedBytes  = 4 << 20
+	// Each frame is charged frameCost bytes on top of its own (its queue entry, its share of the
+	// write), which bounds the number of queued frames too (maxQueuedFrames).
+	//
+	// The bound is memory, not a number of frames: the load generator's connections were dropped
+	// at 64 sessions because a queue of 4,096 small frames was a mere ~0.2 s of backlog for a
+	// connection carrying many busy sessions, so a reader that lost the CPU for a moment counted
+	// as "too slow". A client that really stopped reading is still dropped: its socket fills, the
+	// write pump's write times out (writeWait) or the queue reaches the bound, whichever comes first.
+	maxQueuedBytes  = 8 << 20
+	frameCost       = 256
+	maxQueuedFrames = maxQueuedBytes / frameCost
 )
 
 type outFrame struct {
@@ -109,7 +118,7 @@ func (c *client) enqueue(f outFrame) bool {
 		c.mu.Unlock()
 		return false
 	}
-	return c.pushLocked(f, len(f.data))
+	return c.pushLocked(f, len(f.data)+frameCost)
 }
 
 // enqueueDelta queues an answer.delta frame (d, encoded as data). When the newest frame still
@@ -148,7 +157,7 @@ func (c *client) enqueueDelta(d *pendingDelta, data []byte) (queued, joined bool
 			return true, true
 		}
 	}
-	return c.pushLocked(outFrame{data: data, delta: d}, len(data)), false
+	return c.pushLocked(outFrame{data: data, delta: d}, len(data)+frameCost), false
 }
 
 // dropSlow closes a client whose queue is full.
@@ -168,7 +177,7 @@ func (c *client) pushLocked(f outFrame, size int) bool {
 		// charged in full, so at most one such frame is held.
 		size = 0
 	}
-	if len(c.queue) >= maxQueuedFrames || c.qBytes+size > maxQueuedBytes {
+	if c.qBytes+size > maxQueuedBytes {
 		c.mu.Unlock()
 		c.dropSlow()
 		return false

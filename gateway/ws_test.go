@@ -379,7 +379,9 @@ func TestSlowClientDropped(t *testing.T) {
 	e := newEnv(t)
 	c := newClient(e.srv, store.User{ID: "u"}, "zh")
 	frame := outFrame{data: []byte(`{"type":"answer.delta","text":"x"}`)}
-	for range maxQueuedFrames {
+	fit := maxQueuedBytes / (len(frame.data) + frameCost)
+	require.Greater(t, fit, 4096*4, "a backlog of small frames several times the old 4,096-frame cap is kept")
+	for range fit {
 		require.True(t, c.enqueue(frame))
 	}
 	select {

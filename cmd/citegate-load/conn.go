@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -29,12 +30,66 @@ type frame struct {
 	Message       string `json:"message"`
 }
 
-// Frames that only stream progress are counted, not decoded: at a thousand turns a second they are
-// most of the traffic, and the load generator shares the machine with the server it measures.
-var streamPrefixes = [][]byte{
-	[]byte(`{"type":"answer.delta"`),
-	[]byte(`{"type":"tool.started"`),
-	[]byte(`{"type":"tool.finished"`),
+// Frames that only show progress are counted, not decoded: no turn waits for them, and at a
+// thousand turns a second the load generator must not cost the machine it measures more than it
+// has to. Every frame's type is read (for the per-type counts); the frames a turn waits for are
+// scanned for their ids only (scanFrame).
+var progressTypes = map[string]bool{
+	"answer.delta":  true,
+	"answer.html":   true,
+	"tool.started":  true,
+	"tool.finished": true,
+}
+
+// streamTypes are the frames StreamFrames counts (answer text and tool lines).
+var streamTypes = map[string]bool{"answer.delta": true, "tool.started": true, "tool.finished": true}
+
+// frameTypes are the server frame types counted one by one in the report.
+var frameTypes = [...]string{"session.created", "run.started", "tool.started", "tool.finished", "answer.delta",
+	"answer.html", "answer.final", "citations", "run.finished", "error"}
+
+var typeIndex = func() map[string]int {
+	m := make(map[string]int, len(frameTypes))
+	for i, t := range frameTypes {
+		m[t] = i
+	}
+	return m
+}()
+
+// frameCounts is a snapshot of the frames received, by type ("other" for the rest).
+type frameCounts map[string]int64
+
+// counts returns the connection's frame counts so far.
+func (c *conn) counts() frameCounts {
+	out := frameCounts{}
+	for i := range c.types {
+		name := "other"
+		if i < len(frameTypes) {
+			name = frameTypes[i]
+		}
+		if n := c.types[i].Load(); n > 0 {
+			out[name] = n
+		}
+	}
+	return out
+}
+
+// typePrefix is how the server starts every frame (wsFrame's first field).
+var typePrefix = []byte(`{"type":"`)
+
+// frameType returns the frame's type without decoding it: from the prefix every server frame
+// starts with, or by scanning a frame written otherwise. The result may alias data.
+func frameType(data []byte) []byte {
+	if rest, ok := bytes.CutPrefix(data, typePrefix); ok {
+		if end := bytes.IndexByte(rest, '"'); end >= 0 && bytes.IndexByte(rest[:end], '\\') < 0 {
+			return rest[:end]
+		}
+	}
+	var f frame
+	if scanFrame(data, &f) != nil {
+		return nil
+	}
+	return []byte(f.Type)
 }
 
 // conn is one websocket connection carrying any number of sessions. Its reader routes each frame
@@ -49,15 +104,18 @@ type conn struct {
 	byClient  map[string]*session
 	lost      error // set once the reader stopped
 
-	streamed atomic.Int64 // progress frames received
+	streamed atomic.Int64 // answer text and tool frames received
 	dropped  atomic.Int64 // frames a session could not take (its buffer full)
-	done     chan struct{}
+	// types counts the frames received by type (the index in frameTypes; the last counts the rest).
+	types [len(frameTypes) + 1]atomic.Int64
+	done  chan struct{}
+	once  sync.Once
 }
 
-func dial(ctx context.Context, cfg config) (*conn, error) {
+func dial(ctx context.Context, cfg config, token string) (*conn, error) {
 	d := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 16 << 10, WriteBufferSize: 4 << 10}
 	h := http.Header{}
-	h.Set("Authorization", "Bearer "+cfg.token)
+	h.Set("Authorization", "Bearer "+token)
 	ws, resp, err := d.DialContext(ctx, wsURL(cfg.url), h)
 	if err != nil {
 		if resp != nil {
@@ -72,29 +130,45 @@ func dial(ctx context.Context, cfg config) (*conn, error) {
 }
 
 func (c *conn) close() {
-	c.wmu.Lock()
-	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "load done"), time.Now().Add(time.Second))
-	c.wmu.Unlock()
-	_ = c.ws.Close()
+	c.once.Do(func() {
+		c.wmu.Lock()
+		_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "load done"), time.Now().Add(time.Second))
+		c.wmu.Unlock()
+		_ = c.ws.Close()
+	})
 	<-c.done
 }
 
-// read is the connection's one reader; when it stops, every session on it learns why.
+// read is the connection's one reader; when it stops, every session on it learns why. Frames are
+// read into one reused buffer.
 func (c *conn) read() {
 	defer close(c.done)
 	var err error
+	var buf bytes.Buffer
 	for {
-		var data []byte
-		_, data, err = c.ws.ReadMessage()
-		if err != nil {
+		var r io.Reader
+		if _, r, err = c.ws.NextReader(); err != nil {
 			break
 		}
-		if isStream(data) {
-			c.streamed.Add(1)
+		buf.Reset()
+		if _, err = buf.ReadFrom(r); err != nil {
+			break
+		}
+		data := buf.Bytes()
+		typ := frameType(data)
+		if i, ok := typeIndex[string(typ)]; ok { // a lookup by converted bytes does not allocate
+			c.types[i].Add(1)
+		} else {
+			c.types[len(frameTypes)].Add(1)
+		}
+		if progressTypes[string(typ)] {
+			if streamTypes[string(typ)] {
+				c.streamed.Add(1)
+			}
 			continue
 		}
 		var f frame
-		if json.Unmarshal(data, &f) != nil {
+		if scanFrame(data, &f) != nil {
 			continue // not ours to judge; the server's own tests check its frames
 		}
 		c.route(f)
@@ -112,15 +186,6 @@ func (c *conn) read() {
 	for _, s := range sessions {
 		s.deliver(frame{Type: "connection.lost", Message: err.Error()})
 	}
-}
-
-func isStream(data []byte) bool {
-	for _, p := range streamPrefixes {
-		if bytes.HasPrefix(data, p) {
-			return true
-		}
-	}
-	return false
 }
 
 func (c *conn) route(f frame) {

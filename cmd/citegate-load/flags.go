@@ -18,9 +18,9 @@ func (e usageError) Error() string { return e.msg }
 
 // config is the parsed command line.
 type config struct {
-	url         string // http(s)://host:port of the server
-	token       string
-	mode        string // throughput | depth
+	url         string   // http(s)://host:port of the server
+	tokens      []string // one per user; sessions and connections are spread over them
+	mode        string   // throughput | depth
 	sessions    int
 	conns       int
 	turns       int           // throughput: stop after this many completed turns (0: no bound); depth: the session's turns
@@ -49,10 +49,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("citegate-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "the server's base URL (the websocket is <url>/ws)")
-	fs.StringVar(&c.token, "token", "", "a user's access token (default: $CITEGATE_LOAD_TOKEN)")
+	token := fs.String("token", "", "a user's access token, or several separated by commas to spread the sessions over several users (default: $CITEGATE_LOAD_TOKEN)")
 	fs.StringVar(&c.mode, "mode", "throughput", "throughput (many sessions) or depth (one session, many turns)")
 	fs.IntVar(&c.sessions, "sessions", 64, "throughput: concurrent sessions")
-	fs.IntVar(&c.conns, "conns", 0, "throughput: websocket connections carrying the sessions (default min(sessions, 8); the server allows 16 per user)")
+	fs.IntVar(&c.conns, "conns", 0, "throughput: websocket connections carrying the sessions (default min(sessions, 8), at least one per token; the server allows 16 per user, and sends every frame of a user's sessions to each of the user's connections)")
 	fs.IntVar(&c.turns, "turns", 0, "throughput: stop after this many completed turns (0: only --duration); depth: turns of the session (default 1,500)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "throughput: measuring time after the warm-up")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "throughput: turns sent during the first WARMUP are not counted")
@@ -73,10 +73,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	if c.token == "" {
-		c.token = os.Getenv("CITEGATE_LOAD_TOKEN")
+	if *token == "" {
+		*token = os.Getenv("CITEGATE_LOAD_TOKEN")
 	}
-	if c.token == "" {
+	for _, t := range strings.Split(*token, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			c.tokens = append(c.tokens, t)
+		}
+	}
+	if len(c.tokens) == 0 {
 		return c, usageError{"--token (or CITEGATE_LOAD_TOKEN) is required: create one with `citegate user add loadtest`"}
 	}
 	u, err := url.Parse(c.url)
@@ -88,10 +93,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if c.sessions <= 0 {
 			return c, usageError{"--sessions must be positive"}
 		}
+		c.tokens = c.tokens[:min(len(c.tokens), c.sessions)] // a user without a session needs no connection
 		if c.conns <= 0 {
 			c.conns = min(c.sessions, 8)
 		}
-		c.conns = min(c.conns, c.sessions)
+		c.conns = min(max(c.conns, len(c.tokens)), c.sessions)
+		if perUser := (c.conns + len(c.tokens) - 1) / len(c.tokens); perUser > 16 {
+			return c, usageError{fmt.Sprintf("--conns %d over %d user(s) is %d connections per user; the server allows 16: give more tokens", c.conns, len(c.tokens), perUser)}
+		}
 		if c.duration <= 0 && c.turns <= 0 {
 			return c, usageError{"give --duration or --turns"}
 		}
@@ -106,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return c, usageError{"--first must be between 1 and --turns"}
 		}
 		c.sessions, c.conns = 1, 1
+		c.tokens = c.tokens[:1]
 	default:
 		return c, usageError{fmt.Sprintf("--mode %q: want throughput or depth", c.mode)}
 	}

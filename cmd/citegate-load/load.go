@@ -21,8 +21,10 @@ func runThroughput(ctx context.Context, cfg config) (*Report, error) {
 			c.close()
 		}
 	}()
-	for range cfg.conns {
-		c, err := dial(ctx, cfg)
+	users := len(cfg.tokens)
+	for j := range cfg.conns {
+		// Connection j belongs to user j mod users.
+		c, err := dial(ctx, cfg, cfg.tokens[j%users])
 		if err != nil {
 			return nil, err
 		}
@@ -46,17 +48,21 @@ func runThroughput(ctx context.Context, cfg config) (*Report, error) {
 		complete int
 		cpuFrom  cpuSample
 		cpuTaken bool
+		frames0  frameCounts
 	)
 	takeCPU := func() {
-		// The server's CPU clock starts when the first counted turn is sent.
+		// The server's CPU clock and the frame counts start when the first counted turn is sent.
 		if !cpuTaken {
 			cpuTaken = true
 			cpuFrom = sampleCPU(cfg.serverPID)
+			frames0 = sumCounts(conns)
 		}
 	}
 	var wg sync.WaitGroup
 	for i := range cfg.sessions {
-		s := newSession(conns[i%len(conns)], i)
+		// Session i is user k's (k = i mod users), on one of k's connections k, k+users, k+2·users …
+		k := i % users
+		s := newSession(conns[k+users*((i/users)%((cfg.conns-k+users-1)/users))], i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -110,6 +116,7 @@ func runThroughput(ctx context.Context, cfg config) (*Report, error) {
 	}
 	wg.Wait()
 	cpuTo := sampleCPU(cfg.serverPID)
+	frames1 := sumCounts(conns)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -121,6 +128,7 @@ func runThroughput(ctx context.Context, cfg config) (*Report, error) {
 		rep.StreamFrames += c.streamed.Load()
 		rep.DroppedFrames += c.dropped.Load()
 	}
+	rep.addFrames(frames1.minus(frames0), len(cfg.tokens))
 	return rep, nil
 }
 
@@ -128,7 +136,7 @@ func runThroughput(ctx context.Context, cfg config) (*Report, error) {
 // first turns with the latency of the turns sent when the session already held more than
 // cfg.after messages.
 func runDepth(ctx context.Context, cfg config) (*Report, error) {
-	c, err := dial(ctx, cfg)
+	c, err := dial(ctx, cfg, cfg.tokens[0])
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +171,7 @@ func runDepth(ctx context.Context, cfg config) (*Report, error) {
 	rep.addCPU(cpuFrom, sampleCPU(cfg.serverPID))
 	rep.StreamFrames = c.streamed.Load()
 	rep.DroppedFrames = c.dropped.Load()
+	rep.addFrames(c.counts(), 1)
 	d := &DepthReport{FirstTurns: len(first), FirstMedianMs: percentile(first, 50), After: cfg.after,
 		PastTurns: len(past), PastMedianMs: percentile(past, 50), Messages: messages}
 	if d.FirstMedianMs > 0 && d.PastTurns > 0 {
@@ -185,4 +194,26 @@ func turnMessages(r turnResult) int {
 
 func (r turnResult) latencyMs() float64 {
 	return float64(r.finished.Sub(r.sent)) / float64(time.Millisecond)
+}
+
+// sumCounts adds up the frame counts of all connections.
+func sumCounts(conns []*conn) frameCounts {
+	out := frameCounts{}
+	for _, c := range conns {
+		for k, v := range c.counts() {
+			out[k] += v
+		}
+	}
+	return out
+}
+
+// minus is the frames received since earlier.
+func (f frameCounts) minus(earlier frameCounts) frameCounts {
+	out := frameCounts{}
+	for k, v := range f {
+		if d := v - earlier[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
 }

@@ -99,6 +99,13 @@ func TestThroughputAgainstRealServer(t *testing.T) {
 	assert.Greater(t, rep.TurnsPerSec, 0.0)
 	assert.Greater(t, rep.StreamFrames, int64(0), "the answers streamed")
 	assert.Zero(t, rep.DroppedFrames)
+	assert.Equal(t, 1, rep.Users)
+	assert.Equal(t, 2.0, rep.ConnsPerUser)
+	assert.GreaterOrEqual(t, rep.FrameTypes["run.finished"], int64(rep.Turns), "every counted turn's run.finished was counted")
+	assert.GreaterOrEqual(t, rep.FrameTypes["answer.final"], int64(rep.Turns))
+	assert.Positive(t, rep.FrameTypes["answer.delta"])
+	assert.InDelta(t, float64(rep.Frames)/float64(rep.Turns), rep.FramesPerTurn, 1e-9)
+	assert.InDelta(t, rep.FramesPerTurn/2, rep.FramesPerTurnPerConn, 1e-9)
 	if runtime.GOOS == "linux" {
 		require.NotNil(t, rep.ServerCPUMsPerTurn)
 		assert.Greater(t, *rep.ServerCPUMsPerTurn, 0.0)
@@ -119,6 +126,29 @@ func TestThroughputAgainstRealServer(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, completed, rep.Turns, "every reported turn is a completed run in the store")
+}
+
+// TestThroughputOverSeveralUsers: with two tokens the sessions and connections are spread over
+// two users, each connection carrying its own user's sessions only.
+func TestThroughputOverSeveralUsers(t *testing.T) {
+	s := startServer(t, 1_000_000)
+	u2, tok2, err := s.st.CreateUser(context.Background(), "loadtest2")
+	require.NoError(t, err)
+	rep := runJSON(t, "--url", s.url, "--token", s.token+","+tok2, "--sessions", "4", "--conns", "2",
+		"--turns", "8", "--duration", "5m", "--warmup", "0")
+	assert.GreaterOrEqual(t, rep.Turns, 8)
+	assert.Zero(t, rep.Errors, "%v", rep.ErrorSamples)
+	assert.Equal(t, 2, rep.Users)
+	assert.Equal(t, 1.0, rep.ConnsPerUser)
+	for _, u := range []store.User{s.user, u2} {
+		sessions, err := s.st.ListSessions(context.Background(), u.ID)
+		require.NoError(t, err)
+		assert.Len(t, sessions, 2, "two of the four sessions are %s's", u.Name)
+	}
+	var out, errb bytes.Buffer
+	err = run(context.Background(), []string{"--token", strings.Repeat("t,", 2), "--sessions", "40", "--conns", "40", "--url", s.url}, &out, &errb)
+	var ue usageError
+	assert.ErrorAs(t, err, &ue, "40 connections of 2 users exceed the server's 16 per user")
 }
 
 // TestDepthAgainstRealServer: one session, eight turns; the report's message count is the session's

@@ -10,9 +10,13 @@
 //   - depth: one conversation of --turns turns back to back; reports the median latency of the first
 //     20 turns and of the turns past message --after of the session.
 //
-// It needs a user's access token (`citegate user add loadtest`). The server's per-user chat limit
-// (YAML chat_rate_per_minute) must admit the rate asked for, and --conns must stay within its
-// per-user connection cap (16).
+// It needs a user's access token (`citegate user add loadtest`), or several separated by commas:
+// the sessions and connections are then spread over the users. The server sends every frame of a
+// user's sessions to each of that user's connections, so one token over 8 connections makes the
+// server write (and the generator read) every frame 8 times; the report gives frames per turn over
+// all connections and on one connection. The server's per-user chat limit (YAML
+// chat_rate_per_minute) must admit the rate asked for, and the connections per user must stay
+// within its per-user cap (16).
 package main
 
 import (

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -31,6 +32,16 @@ type Report struct {
 	MaxMs         float64  `json:"maxMs"`
 	StreamFrames  int64    `json:"streamFrames"`  // answer.delta / tool.* frames received
 	DroppedFrames int64    `json:"droppedFrames"` // frames the load generator could not route in time
+	// Frames counts every frame received over the measurement, FrameTypes by type. The server sends
+	// each frame of a user's session to every connection of the user, so a frame counts once per
+	// connection: FramesPerTurn is what all connections received per completed turn, and
+	// FramesPerTurnPerConn what one of a user's connections received (FramesPerTurn / ConnsPerUser).
+	Users                int              `json:"users"`
+	ConnsPerUser         float64          `json:"connsPerUser"`
+	Frames               int64            `json:"frames"`
+	FramesPerTurn        float64          `json:"framesPerTurn"`
+	FramesPerTurnPerConn float64          `json:"framesPerTurnPerConn"`
+	FrameTypes           map[string]int64 `json:"frameTypes,omitempty"`
 	// ServerCPUMsPerTurn is the server process's user+system CPU time over the measurement divided
 	// by the completed turns (needs --server-pid, Linux); ClientCPUMsPerTurn is the load generator's own.
 	ServerCPUMsPerTurn *float64     `json:"serverCpuMsPerTurn,omitempty"`
@@ -112,6 +123,20 @@ func (r *Report) addCPU(from, to cpuSample) {
 	}
 }
 
+// addFrames records the frames received over the measurement by users' connections.
+func (r *Report) addFrames(counts frameCounts, users int) {
+	r.Users = users
+	r.ConnsPerUser = float64(r.Conns) / float64(max(users, 1))
+	r.FrameTypes = counts
+	for _, n := range counts {
+		r.Frames += n
+	}
+	if r.Turns > 0 {
+		r.FramesPerTurn = float64(r.Frames) / float64(r.Turns)
+		r.FramesPerTurnPerConn = r.FramesPerTurn / r.ConnsPerUser
+	}
+}
+
 func (r *Report) writeJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -135,6 +160,16 @@ func (r *Report) writeText(w io.Writer) {
 		fmt.Fprintf(w, "load CPU     %.2f ms per completed turn (this process)\n", *r.ClientCPUMsPerTurn)
 	}
 	fmt.Fprintf(w, "frames       %d streamed, %d dropped\n", r.StreamFrames, r.DroppedFrames)
+	if r.Turns > 0 && r.Frames > 0 {
+		fmt.Fprintf(w, "per turn     %.1f frames over all connections, %.1f on one connection (%d user(s), %.1f connection(s) each)\n",
+			r.FramesPerTurn, r.FramesPerTurnPerConn, r.Users, r.ConnsPerUser)
+		types := slices.Sorted(maps.Keys(r.FrameTypes))
+		parts := make([]string, 0, len(types))
+		for _, t := range types {
+			parts = append(parts, fmt.Sprintf("%s %.2f", t, float64(r.FrameTypes[t])/float64(r.Turns)/r.ConnsPerUser))
+		}
+		fmt.Fprintf(w, "             one connection, per turn: %s\n", strings.Join(parts, ", "))
+	}
 	if d := r.Depth; d != nil {
 		fmt.Fprintf(w, "depth        first %d turns: median %.1f ms; %d turns past message %d: median %.1f ms",
 			d.FirstTurns, d.FirstMedianMs, d.PastTurns, d.After, d.PastMedianMs)
