@@ -273,7 +273,7 @@ func (s *Server) handleAdminRotate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.adminStoreErr("rotate_token", name, err))
 		return
 	}
-	s.hub.closeUser(u.ID)
+	s.closeUserEverywhere(u.ID)
 	s.log.InfoContext(r.Context(), "user token rotated via admin socket", "user", u.ID)
 	writeJSON(w, http.StatusOK, AdminUser{ID: u.ID, Name: u.Name, Token: tok})
 }
@@ -289,7 +289,7 @@ func (s *Server) handleAdminRevoke(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.adminStoreErr("revoke_user", name, err))
 		return
 	}
-	s.hub.closeUser(u.ID)
+	s.closeUserEverywhere(u.ID)
 	s.log.InfoContext(r.Context(), "user revoked via admin socket", "user", u.ID)
 	writeJSON(w, http.StatusOK, AdminUser{ID: u.ID, Name: u.Name})
 }

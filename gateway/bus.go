@@ -24,6 +24,9 @@ type Bus interface {
 	// user there (what a user's other tabs learn outside any run: a session created, renamed or
 	// deleted). It never blocks.
 	PublishUserFrame(userID string, frame []byte)
+	// PublishCloseUser asks the other replicas to close every connection of the user (its token
+	// changed or it was revoked). It never blocks.
+	PublishCloseUser(userID string)
 	// Run delivers the other replicas' events and cancel requests to h until ctx ends.
 	Run(ctx context.Context, h BusHandler) error
 	// Shared reports whether other replicas may exist, i.e. whether events and cancels must be
@@ -37,6 +40,7 @@ type BusHandler interface {
 	RemoteEvent(ev agent.Event)
 	RemoteCancel(sessionID string)
 	RemoteUserFrame(userID string, frame []byte)
+	RemoteCloseUser(userID string)
 }
 
 // LocalBus is the Bus of a single process: nothing to publish, nothing to receive.
@@ -50,6 +54,9 @@ func (LocalBus) PublishCancel(string) {}
 
 // PublishUserFrame does nothing: the user's clients are all here.
 func (LocalBus) PublishUserFrame(string, []byte) {}
+
+// PublishCloseUser does nothing: the user's connections are all here.
+func (LocalBus) PublishCloseUser(string) {}
 
 // Run waits for ctx to end.
 func (LocalBus) Run(ctx context.Context, _ BusHandler) error {

@@ -64,6 +64,11 @@ func (r busReceiver) RemoteUserFrame(userID string, frame []byte) {
 	r.s.hub.onRemoteUserFrame(userID, frame)
 }
 
+func (r busReceiver) RemoteCloseUser(userID string) {
+	r.s.hub.closeUser(userID)
+	r.s.log.Info("user's connections closed at another replica's request", "user", userID)
+}
+
 func (r busReceiver) RemoteCancel(sessionID string) {
 	if r.s.ag.Cancel(sessionID) {
 		r.s.log.Info("run cancelled at another replica's request", "session", sessionID)

@@ -117,6 +117,16 @@ func (b *packetBus) PublishUserFrame(userID string, frame []byte) {
 	}
 }
 
+// PublishCloseUser queues a request that every other replica close the user's connections.
+func (b *packetBus) PublishCloseUser(userID string) {
+	if userID == "" || len(userID) > maxUserFrameBytes {
+		return
+	}
+	if !b.out.push(busItem{closeUser: userID}) {
+		b.m.dropped.Inc()
+	}
+}
+
 // Run publishes the outbox and delivers other replicas' packets to h until ctx ends; it returns nil
 // then. Only one Run may be active.
 func (b *packetBus) Run(ctx context.Context, h BusHandler) error {
@@ -151,6 +161,9 @@ func (b *packetBus) Run(ctx context.Context, h BusHandler) error {
 		}
 		for _, sid := range got.cancels {
 			h.RemoteCancel(sid)
+		}
+		for _, uid := range got.closes {
+			h.RemoteCloseUser(uid)
 		}
 	}
 	err := b.tr.listen(ctx, deliver, func(ok bool) { b.ready.Store(ok) })

@@ -21,7 +21,15 @@ type collector struct {
 	events  []agent.Event
 	cancels []string
 	users   []userFrame
+	closes  []string
 	changed chan struct{}
+}
+
+func (c *collector) RemoteCloseUser(userID string) {
+	c.mu.Lock()
+	c.closes = append(c.closes, userID)
+	c.mu.Unlock()
+	c.poke()
 }
 
 func (c *collector) RemoteUserFrame(userID string, frame []byte) {
@@ -122,17 +130,19 @@ func TestPGBusCarriesEventsBetweenReplicas(t *testing.T) {
 	emit(agent.Event{Type: agent.EventRunFinished, Phase: store.PhaseCompleted})
 	a.Publish(agent.Event{Type: agent.EventRunFinished, SessionID: "chat", RunID: "r2", Channel: "wechat"}) // not a desktop run
 	a.PublishCancel("s7")
+	a.PublishCloseUser("u1")
 	a.PublishUserFrame("u1", []byte(`{"type":"session.updated","sessionId":"s1","session":{"title":"新标题"}}`))
 	a.PublishUserFrame("u1", []byte(`{"type":"session.updated","sessionId":"s1","session":{"title":"`+strings.Repeat("长", 3000)+`"}}`)) // too large: dropped
 
 	atB.waitFor(t, func(evs []agent.Event, cancels []string) bool {
 		// (cond runs with atB.mu held)
-		return len(cancels) == 1 && len(atB.users) == 1 && len(evs) > 0 && evs[len(evs)-1].Type == agent.EventRunFinished
+		return len(cancels) == 1 && len(atB.users) == 1 && len(atB.closes) == 1 && len(evs) > 0 && evs[len(evs)-1].Type == agent.EventRunFinished
 	})
 	atB.mu.Lock()
 	evs, cancels := atB.events, atB.cancels
 	atB.mu.Unlock()
 	assert.Equal(t, []string{"s7"}, cancels)
+	assert.Equal(t, []string{"u1"}, atB.closes)
 	atB.mu.Lock()
 	users := atB.users
 	atB.mu.Unlock()
@@ -158,4 +168,25 @@ func TestPGBusCarriesEventsBetweenReplicas(t *testing.T) {
 	defer atA.mu.Unlock()
 	assert.Empty(t, atA.events, "a replica does not hear itself")
 	assert.Empty(t, atA.cancels)
+}
+
+// NotifyCloseUser (what `citegate user token|revoke` call after changing the database) reaches
+// every replica listening on the database's default channel, which follows the URL's search_path.
+func TestNotifyCloseUserReachesListeningReplicas(t *testing.T) {
+	url := pgtest.Schema(t)
+	b, err := NewPGBus(PGBusConfig{URL: url, Replica: "b"})
+	require.NoError(t, err)
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	at := newCollector()
+	wg.Add(1)
+	go func() { defer wg.Done(); assert.NoError(t, b.Run(ctx, at)) }()
+	waitReady(t, b)
+	require.NoError(t, NotifyCloseUser(ctx, url, "user-9"))
+	require.NoError(t, NotifyCloseUser(ctx, url, "user-10"), "a second notifier is a new sender: nothing counts as lost")
+	at.waitFor(t, func([]agent.Event, []string) bool { return len(at.closes) == 2 })
+	assert.Equal(t, []string{"user-9", "user-10"}, at.closes)
+	assert.Error(t, NotifyCloseUser(ctx, url, ""))
 }

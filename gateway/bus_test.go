@@ -408,3 +408,30 @@ func TestLeasesKeepLongAndQueuedRunsAlive(t *testing.T) {
 	b.Round(ctx)
 	assert.ElementsMatch(t, []string{"b:" + long.ID, "b:" + queued.ID}, reaped)
 }
+
+// A user whose token changed or who was revoked on one replica loses its open connections on every
+// replica; other users' stay.
+func TestBusCloseUserReachesEveryReplica(t *testing.T) {
+	rs := newReplicas(t, 2, func() *scriptedModel {
+		return &scriptedModel{answer: func(string, []string) string { return "好的" }}
+	})
+	a, b := rs[0], rs[1]
+	alice, tok := a.env.user("alice")
+	_, bobTok := a.env.user("bob")
+	onA, onB, bobOnB := a.env.mustWS(tok), b.env.mustWS(tok), b.env.mustWS(bobTok)
+	a.env.srv.closeUserEverywhere(alice.ID)
+	for _, w := range []*wsConn{onA, onB} {
+		closed := false
+		for !closed {
+			select {
+			case _, ok := <-w.frames:
+				closed = !ok
+			case <-time.After(30 * time.Second):
+				t.Fatal("alice's connection stayed open")
+			}
+		}
+	}
+	bobOnB.send(map[string]any{"type": "session.open", "sessionId": "no-such-session"})
+	f := bobOnB.next()
+	assert.Equal(t, "error", f["type"], "bob's connection still answers: %v", f)
+}

@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
 )
 
 // A user's tabs may be connected to different replicas. What they learn outside any run — a
@@ -54,4 +58,39 @@ func (h *hub) onRemoteUserFrame(userID string, frame []byte) {
 		h.owners.set(head.SessionID, "")
 	}
 	h.toUserRaw(userID, frame)
+}
+
+// closeUserEverywhere closes every websocket connection of the user, here and on every other
+// replica: after its token changed or it was revoked, no open connection keeps working with the
+// old credentials (a new connection authenticates afresh).
+func (s *Server) closeUserEverywhere(userID string) {
+	s.hub.closeUser(userID)
+	if s.bus.Shared() {
+		s.bus.PublishCloseUser(userID)
+	}
+}
+
+// NotifyCloseUser tells every replica serving the PostgreSQL database at url to close the user's
+// websocket connections. `citegate user token|revoke` change the database directly, with no
+// replica involved, and call it afterwards; replicas not listening at that moment have nothing
+// to close. It sends one notification and waits at most 10 s.
+func NotifyCloseUser(ctx context.Context, url, userID string) error {
+	if userID == "" {
+		return errors.New("gateway: notify replicas: no user id")
+	}
+	b, err := NewPGBus(PGBusConfig{URL: url})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	packets, err := b.pk.pack([]busItem{{closeUser: userID}})
+	if err != nil {
+		return fmt.Errorf("gateway: notify replicas: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := b.send(ctx, packets); err != nil {
+		return fmt.Errorf("gateway: notify replicas: %w", err)
+	}
+	return nil
 }

@@ -16,7 +16,10 @@ import (
 // The bus wire format: one packet per notification, JSON, at most maxPacketBytes (PostgreSQL caps
 // a NOTIFY payload at 8000 bytes). A packet carries a batch of events and cancel requests:
 //
-//	{"r":"<replica>","q":<seq>,"u":[{"u":"<user id>","f":<frame>},…],"e":[<event>,…],"c":["<session id>",…]}
+//	{"r":"<replica>","q":<seq>,"u":[{"u":"<user id>","f":<frame>},…],"e":[<event>,…],"c":["<session id>",…],"x":["<user id>",…]}
+//
+// "x" names users whose websocket connections every replica closes (a token rotated or a user
+// revoked, by a replica's admin socket or by `citegate user` straight on the database).
 //
 // "u" are websocket frames for every client of one user wherever it is connected (session.created,
 // session.updated, session.deleted: what a user's other tabs learn outside any run, bus_user.go);
@@ -65,6 +68,7 @@ type busPacket struct {
 	Users   []json.RawMessage `json:"u,omitempty"`
 	Events  []json.RawMessage `json:"e,omitempty"`
 	Cancel  []string          `json:"c,omitempty"`
+	Close   []string          `json:"x,omitempty"`
 	Frag    *busFragment      `json:"f,omitempty"`
 }
 
@@ -75,11 +79,13 @@ type busFragment struct {
 	Data  []byte `json:"d"`
 }
 
-// busItem is one queued publication: an event, a user frame, or else a cancel request.
+// busItem is one queued publication: an event, a user frame, a user whose connections close, or
+// else a cancel request.
 type busItem struct {
-	ev     *agent.Event
-	user   *userFrame
-	cancel string
+	ev        *agent.Event
+	user      *userFrame
+	closeUser string
+	cancel    string
 }
 
 // userFrame is a websocket frame for every client of one user, already encoded.
@@ -174,7 +180,7 @@ func (p *packer) pack(items []busItem) ([][]byte, error) {
 	cur := busPacket{Replica: p.replica}
 	size := packetOverhead
 	flush := func() error {
-		if len(cur.Events) == 0 && len(cur.Cancel) == 0 && len(cur.Users) == 0 {
+		if len(cur.Events) == 0 && len(cur.Cancel) == 0 && len(cur.Users) == 0 && len(cur.Close) == 0 {
 			return nil
 		}
 		p.seq++
@@ -213,6 +219,16 @@ func (p *packer) pack(items []busItem) ([][]byte, error) {
 			}
 			cur.Users = append(cur.Users, raw)
 			size += len(raw) + 1
+			continue
+		}
+		if it.closeUser != "" {
+			if len(it.closeUser)+size+4 > maxPacketBytes {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+			}
+			cur.Close = append(cur.Close, it.closeUser)
+			size += len(it.closeUser) + 4
 			continue
 		}
 		if it.ev == nil {
@@ -358,6 +374,7 @@ type unpacked struct {
 	users   []userFrame   // frames for a user's clients
 	events  []agent.Event // desktop run events, Channel set
 	cancels []string      // session ids whose run is to be cancelled
+	closes  []string      // user ids whose connections close
 }
 
 // unpack decodes one notification payload. It returns the user frames, events and cancel requests
@@ -439,6 +456,12 @@ func (u *unpacker) unpack(payload []byte) (unpacked, error) {
 			cancels = append(cancels, sid)
 		}
 	}
+	var closes []string
+	for _, uid := range p.Close {
+		if uid = strings.TrimSpace(uid); uid != "" {
+			closes = append(closes, uid)
+		}
+	}
 	var users []userFrame
 	if p.Frag == nil {
 		for _, raw := range p.Users {
@@ -450,5 +473,5 @@ func (u *unpacker) unpack(payload []byte) (unpacked, error) {
 			users = append(users, uf)
 		}
 	}
-	return unpacked{users: users, events: evs, cancels: cancels}, nil
+	return unpacked{users: users, events: evs, cancels: cancels, closes: closes}, nil
 }

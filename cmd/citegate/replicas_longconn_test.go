@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,7 +29,8 @@ import (
 //   - a chat turn queued behind a long run of its conversation, and the long run itself (and a
 //     long desktop run), stay RUNNING past several lease periods (2 s here) while every replica's
 //     reaper runs, and complete when the model answers — the reaper never fails a live replica's
-//     waiting or long turn.
+//     waiting or long turn;
+//   - `citegate user revoke` on the database closes the user's connections on every replica.
 //
 // Every wait only bounds a hang; the verdicts are acks, stored records and what the fakes received.
 func TestReplicasLongConnectionChannels(t *testing.T) {
@@ -235,6 +238,31 @@ func TestReplicasLongConnectionChannels(t *testing.T) {
 	fin := onB.until(deskSID, "run.finished")
 	assert.Equal(t, "COMPLETED", fin[len(fin)-1]["phase"])
 	waitFor(t, 60*time.Second, func() bool { return repliesTo("om_h1") == 1 && repliesTo("om_h2") == 1 }, "the held and queued turns were not answered: %s", logs)
+
+	// 5. `citegate user revoke`, run straight on the database, closes the user's open connections
+	// on every replica; a new connection with the old token is refused.
+	onC := procs[2].ws(t, token)
+	cmd := citegateProcess("user", "revoke", "alice")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.NotContains(t, string(out), "warning")
+	for _, w := range []*replicaWS{onB, onC} {
+		closed := false
+		for !closed {
+			select {
+			case _, ok := <-w.frames:
+				closed = !ok
+			case <-time.After(60 * time.Second):
+				t.Fatalf("a revoked user's connection stayed open: %s", logs())
+			}
+		}
+	}
+	url := "ws" + strings.TrimPrefix(procs[0].base, "http") + "/ws"
+	_, resp, err := websocket.DefaultDialer.Dial(url, http.Header{"Authorization": {"Bearer " + token}})
+	require.Error(t, err)
+	require.NotNil(t, resp)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 }
 
 // waitFor polls cond until it holds; the timeout only bounds a hang, and the failure shows the

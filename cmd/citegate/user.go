@@ -100,13 +100,14 @@ var userCmds = map[string]userCmd{
 	"token": {
 		synopsis: "citegate user token [flags] NAME   (prints NAME's new access token alone on stdout)",
 		needName: true,
-		direct: func(ctx context.Context, st store.Backend, _ Config, a userArgs, stdout, stderr io.Writer) error {
+		direct: func(ctx context.Context, st store.Backend, cfg Config, a userArgs, stdout, stderr io.Writer) error {
 			u, tok, err := st.RotateToken(ctx, a.name)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintln(stdout, tok)
 			fmt.Fprintf(stderr, "%s has a new access token; the old one and %s's browser sessions no longer work.\n", u.Name, u.Name)
+			closeReplicaConnections(ctx, cfg, u, stderr)
 			return nil
 		},
 		viaAdmin: func(ctx context.Context, cfg Config, a userArgs, stdout, stderr io.Writer) error {
@@ -122,12 +123,13 @@ var userCmds = map[string]userCmd{
 	"revoke": {
 		synopsis: "citegate user revoke [flags] NAME",
 		needName: true,
-		direct: func(ctx context.Context, st store.Backend, _ Config, a userArgs, stdout, _ io.Writer) error {
+		direct: func(ctx context.Context, st store.Backend, cfg Config, a userArgs, stdout, stderr io.Writer) error {
 			u, err := st.RevokeUser(ctx, a.name)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "revoked %s: the token and browser sessions no longer work (history kept; `citegate user token %s` lets them back in)\n", u.Name, u.Name)
+			closeReplicaConnections(ctx, cfg, u, stderr)
 			return nil
 		},
 		viaAdmin: func(ctx context.Context, cfg Config, a userArgs, stdout, _ io.Writer) error {
@@ -298,6 +300,19 @@ func cmdUser(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		func(st store.Backend) error { return sub.direct(ctx, st, cfg, a, stdout, stderr) },
 		func(ctx context.Context) error { return sub.viaAdmin(ctx, cfg, a, stdout, stderr) })
 	return userError(name, err)
+}
+
+// closeReplicaConnections asks the replicas serving a PostgreSQL database to close u's open
+// websocket connections, which authenticated with the credentials just changed. With bbolt the
+// command went through the server itself when one runs (viaAdmin), which closes them. The change
+// is made either way: a failure to tell the replicas is a warning, not an error.
+func closeReplicaConnections(ctx context.Context, cfg Config, u store.User, stderr io.Writer) {
+	if !cfg.usesPostgres() {
+		return
+	}
+	if err := gateway.NotifyCloseUser(ctx, cfg.Store, u.ID); err != nil {
+		fmt.Fprintf(stderr, "warning: could not tell running servers to close %s's open connections (they close when the browser reconnects): %v\n", u.Name, err)
+	}
 }
 
 // withStoreOrServer runs direct on the database when this process can open it, and viaAdmin
