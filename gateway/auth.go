@@ -180,8 +180,11 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusOK, "")
 		return
 	}
+	// From here on the page is the user's: in the language they chose, for anything rendered below.
+	r = withUserLang(r, u)
+	lang = langOf(r)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := web.RenderIndex(w, web.IndexData{Lang: userLang(r, u), Language: u.Language, UserName: u.Name, ModelName: s.ag.ModelName(), Operator: u.Operator}); err != nil {
+	if err := web.RenderIndex(w, web.IndexData{Lang: lang, Language: u.Language, UserName: u.Name, ModelName: s.ag.ModelName(), Operator: u.Operator}); err != nil {
 		s.log.WarnContext(r.Context(), "render index", "err", err)
 	}
 }
