@@ -515,7 +515,7 @@ func (p *PG) FinishRun(ctx context.Context, id string, phase Phase, errMsg strin
 }
 
 // ConcludeRun ends a RUNNING run in one transaction, with its final message (see
-// Store.ConcludeRun).
+// Store.ConcludeRun and concludePG).
 func (p *PG) ConcludeRun(ctx context.Context, c Conclusion) (Run, Message, error) {
 	op := fmt.Sprintf("conclude run %q", c.RunID)
 	if !c.Phase.Terminal() {
@@ -534,35 +534,11 @@ func (p *PG) ConcludeRun(ctx context.Context, c Conclusion) (Run, Message, error
 			return Run{}, Message{}, fmt.Errorf("store: %s: %w", op, err)
 		}
 	}
-	var outRun Run
-	var outMsg Message
-	err := p.tx(ctx, op, func(tx pgx.Tx) error {
-		r, err := lockRunning(ctx, tx, c.RunID)
-		if err != nil {
-			return err
-		}
-		var m Message
-		if c.Final != nil {
-			if final.SessionID != r.SessionID {
-				return fmt.Errorf("%w: final message of session %q for a run of session %q", ErrInvalid, final.SessionID, r.SessionID)
-			}
-			if m, err = p.appendPG(ctx, tx, final); err != nil {
-				return err
-			}
-		}
-		r.Phase, r.Error, r.FinalMessageID = c.Phase, c.Error, m.ID
-		r.MarkersSeen, r.MarkersKept, r.MarkersDropped = c.MarkersSeen, c.MarkersKept, c.MarkersDropped
-		r.EndedAt, r.LeaseUntil = p.nowUTC(), time.Time{}
-		if err := saveEnded(ctx, tx, r); err != nil {
-			return err
-		}
-		outRun, outMsg = r, m
-		return nil
-	})
-	if err != nil {
-		return Run{}, Message{}, err
+	var fp *Message
+	if c.Final != nil {
+		fp = &final
 	}
-	return outRun, outMsg, nil
+	return p.concludePG(ctx, op, c, fp)
 }
 
 // SetRunMarkers records a run's citation marker counts.

@@ -194,3 +194,94 @@ func scanDialogLine(row pgx.Row) (DialogLine, error) {
 	l.ID = uint64(id)
 	return l, nil
 }
+
+// The statements of concludePG, sent as one batch. Every write is guarded by the run being
+// RUNNING (and, with a final message, of the message's session), so when the run is missing,
+// finished or of another session nothing changes, and the first statement's row says why.
+const (
+	// $1 run.
+	pgConcludeLockSQL = `SELECT phase, session_id FROM runs WHERE id = $1 FOR UPDATE`
+	// $1 run, $2 now, $3 session.
+	pgConcludeSessionSQL = `UPDATE sessions SET updated_at = GREATEST(updated_at, $2) WHERE id = $3
+		AND EXISTS (SELECT 1 FROM runs WHERE id = $1 AND phase = 'RUNNING' AND session_id = $3)`
+	// $1 run, $2 session, $3 content, $4 metadata, $5 created_at, $6 interrupted.
+	pgConcludeMessageSQL = `INSERT INTO messages (session_id, run_id, role, kind, content, tool_calls, tool_call_id, tool_name, metadata, created_at, interrupted)
+		SELECT $2, $1, 'ASSISTANT', 'a', $3, '', '', '', $4, $5, $6
+		WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1 AND phase = 'RUNNING' AND session_id = $2) RETURNING id`
+	// $1 run, $2 phase, $3 error, $4 ended_at, $5-$7 marker counts, $8 with a final message, $9 its
+	// session. The final message is the run's newest: the INSERT above drew its id while holding
+	// the session row, after every earlier message of the run.
+	pgConcludeRunSQL = `UPDATE runs SET phase = $2, error = $3, ended_at = $4, markers_seen = $5, markers_kept = $6, markers_dropped = $7,
+		lease_until = NULL,
+		final_message_id = CASE WHEN $8 THEN coalesce((SELECT max(id) FROM messages WHERE run_id = $1 AND run_id <> ''), 0) ELSE 0 END
+		WHERE id = $1 AND phase = 'RUNNING' AND (NOT $8 OR session_id = $9) RETURNING ` + pgRunCols
+)
+
+// concludePG is ConcludeRun's transaction as one batch: PostgreSQL runs a batch's statements in
+// one implicit transaction (all or nothing), so the run's end costs one round trip instead of six
+// (BEGIN, lock, session, message, run, COMMIT). The run row is locked before the session row, as
+// lockRunning and appendPG did.
+func (p *PG) concludePG(ctx context.Context, op string, c Conclusion, final *Message) (Run, Message, error) {
+	if err := ctx.Err(); err != nil {
+		return Run{}, Message{}, fmt.Errorf("store: %s: %w", op, err)
+	}
+	now := p.nowUTC()
+	b := &pgx.Batch{}
+	b.Queue(pgConcludeLockSQL, c.RunID)
+	session := ""
+	if final != nil {
+		session = final.SessionID
+		var meta *string
+		if final.Metadata != nil {
+			s := string(final.Metadata)
+			meta = &s
+		}
+		b.Queue(pgConcludeSessionSQL, c.RunID, now, session)
+		b.Queue(pgConcludeMessageSQL, c.RunID, session, final.Content, meta, final.CreatedAt, metaInterrupted(final.Metadata))
+	}
+	b.Queue(pgConcludeRunSQL, c.RunID, string(c.Phase), c.Error, now, c.MarkersSeen, c.MarkersKept, c.MarkersDropped, final != nil, session)
+
+	var (
+		run   Run
+		msg   Message
+		phase Phase
+		runSD string
+	)
+	err := func() (err error) {
+		br := p.pool.SendBatch(ctx, b)
+		defer func() {
+			// Close reports the commit's own failure.
+			if cerr := br.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+		}()
+		if err := br.QueryRow().Scan(&phase, &runSD); err != nil {
+			return notFound(err, "run", c.RunID)
+		}
+		if phase.Terminal() {
+			return fmt.Errorf("run %q already finished as %s: %w", c.RunID, phase, ErrConflict)
+		}
+		if final != nil && runSD != session {
+			return fmt.Errorf("%w: final message of session %q for a run of session %q", ErrInvalid, session, runSD)
+		}
+		if final != nil {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("session %q: %w", session, err)
+			}
+			var id int64
+			if err := br.QueryRow().Scan(&id); err != nil {
+				return fmt.Errorf("insert message: %w", err)
+			}
+			msg = *final
+			msg.ID = uint64(id)
+		}
+		if run, err = scanRun(br.QueryRow()); err != nil {
+			return fmt.Errorf("run %q: %w", c.RunID, err)
+		}
+		return nil
+	}()
+	if err != nil {
+		return Run{}, Message{}, fmt.Errorf("store: %s: %w", op, err)
+	}
+	return run, msg, nil
+}
