@@ -202,6 +202,24 @@ func isHex4(s string) bool {
 // object scans an object starting at '{'. When visit is set it is called for every member in
 // document order after the member's value was scanned.
 func (p *jsScanner) object(depth int, visit func(m jsMember)) bool {
+	return p.objectFn(depth, visit != nil, func(key string, keyStart int) bool {
+		valStart := p.i
+		if !p.value(depth) {
+			return false
+		}
+		if visit != nil {
+			visit(jsMember{key: key, start: keyStart, val: jsSpan{valStart, p.i}})
+		}
+		return true
+	})
+}
+
+// objectFn scans an object starting at '{'. For every member it calls member with the key
+// (decoded when decodeKeys is set, "" otherwise) and the offset of the key's opening quote, the
+// scanner standing at the member's value; member scans the value (with p.value(depth) or its own
+// finer reading of it) and reports its validity. The registry reads a search result this way in
+// one pass.
+func (p *jsScanner) objectFn(depth int, decodeKeys bool, member func(key string, keyStart int) bool) bool {
 	if depth > maxJSONDepth {
 		return p.fail()
 	}
@@ -221,7 +239,7 @@ func (p *jsScanner) object(depth int, visit func(m jsMember)) bool {
 			return false
 		}
 		var key string
-		if visit != nil {
+		if decodeKeys {
 			key = decodeString(p.s[keyStart+1:p.i-1], escaped)
 		}
 		p.ws()
@@ -230,12 +248,11 @@ func (p *jsScanner) object(depth int, visit func(m jsMember)) bool {
 		}
 		p.i++
 		p.ws()
-		valStart := p.i
-		if !p.value(depth) {
-			return false
+		if p.i >= len(p.s) {
+			return p.fail()
 		}
-		if visit != nil {
-			visit(jsMember{key: key, start: keyStart, val: jsSpan{valStart, p.i}})
+		if !member(key, keyStart) {
+			return p.fail()
 		}
 		p.ws()
 		if p.i >= len(p.s) {
@@ -256,6 +273,21 @@ func (p *jsScanner) object(depth int, visit func(m jsMember)) bool {
 
 // array scans an array starting at '['. When visit is set it is called with every element's span.
 func (p *jsScanner) array(depth int, visit func(v jsSpan)) bool {
+	return p.arrayFn(depth, func() bool {
+		start := p.i
+		if !p.value(depth) {
+			return false
+		}
+		if visit != nil {
+			visit(jsSpan{start, p.i})
+		}
+		return true
+	})
+}
+
+// arrayFn scans an array starting at '['; elem is called at every element and scans it (see
+// objectFn).
+func (p *jsScanner) arrayFn(depth int, elem func() bool) bool {
 	if depth > maxJSONDepth {
 		return p.fail()
 	}
@@ -266,12 +298,8 @@ func (p *jsScanner) array(depth int, visit func(v jsSpan)) bool {
 		return true
 	}
 	for {
-		start := p.i
-		if !p.value(depth) {
-			return false
-		}
-		if visit != nil {
-			visit(jsSpan{start, p.i})
+		if p.i >= len(p.s) || !elem() {
+			return p.fail()
 		}
 		p.ws()
 		if p.i >= len(p.s) {
@@ -294,15 +322,21 @@ func (p *jsScanner) array(depth int, visit func(v jsSpan)) bool {
 // its members. It reports whether s is such a document.
 func topObject(s string, visit func(m jsMember)) bool {
 	p := jsScanner{s: s, ok: true}
+	return p.document(func() bool { return p.object(1, visit) })
+}
+
+// document scans p.s as one JSON object, read by obj (which starts at its '{'), surrounded by
+// JSON whitespace only.
+func (p *jsScanner) document(obj func() bool) bool {
 	p.ws()
-	if p.i >= len(s) || s[p.i] != '{' {
+	if p.i >= len(p.s) || p.s[p.i] != '{' {
 		return false
 	}
-	if !p.object(1, visit) {
+	if !obj() {
 		return false
 	}
 	p.ws()
-	return p.ok && p.i == len(s)
+	return p.ok && p.i == len(p.s)
 }
 
 // stringValue decodes the JSON value at v of s when it is a string; ok is false for other types.

@@ -32,7 +32,8 @@ const leadWindowRunes = MaxLeadRunes + 32
 // definition kept in the tests.
 func Lead(excerpt string) string {
 	var lines [MaxLeadLines]string
-	n, runes := 0, 0 // lines kept; runes of their join
+	var keepOff, keepRunes [MaxLeadLines]int // what of each line a cut keeps
+	n, runes := 0, 0                         // lines kept; runes of their join
 	cut := false
 	for rest := excerpt; ; {
 		line := rest
@@ -49,9 +50,13 @@ func Lead(excerpt string) string {
 				runes++ // the joining newline
 			}
 			lines[n] = line
+			// One walk over the line tells where a cut would end it and whether the lead is cut;
+			// it stops past MaxLeadRunes, which is all that is kept.
+			keep := max(MaxLeadRunes-1-runes, 0)
+			off, count := runePrefix(line, keep, MaxLeadRunes-runes)
+			keepOff[n], keepRunes[n] = off, min(count, keep)
 			n++
-			// Count no further than the cut needs: past MaxLeadRunes the rest is not kept.
-			if runes += runeCountUpTo(line, MaxLeadRunes+1-runes); runes > MaxLeadRunes {
+			if runes += count; runes > MaxLeadRunes {
 				cut = true
 				break
 			}
@@ -70,7 +75,7 @@ func Lead(excerpt string) string {
 	var b strings.Builder
 	b.Grow(4*MaxLeadRunes + len("…"))
 	left := MaxLeadRunes - 1
-	for k, line := range lines[:n] {
+	for k := range n {
 		if k > 0 {
 			if left == 0 {
 				break
@@ -78,37 +83,50 @@ func Lead(excerpt string) string {
 			b.WriteByte('\n')
 			left--
 		}
-		end := runeOffset(line, left)
-		b.WriteString(line[:end])
-		if left -= utf8.RuneCountInString(line[:end]); left == 0 {
+		b.WriteString(lines[k][:keepOff[k]])
+		if left -= keepRunes[k]; left == 0 {
 			break
 		}
 	}
-	out := strings.TrimRight(b.String(), " \n")
-	if strings.HasSuffix(out, "…") {
+	whole := b.String()
+	out := strings.TrimRight(whole, " \n")
+	switch {
+	case strings.HasSuffix(out, "…"):
 		return out
+	case len(out) == len(whole):
+		b.WriteString("…") // into the room grown above: no second copy
+		return b.String()
 	}
 	return out + "…"
 }
 
-// runeCountUpTo is min(utf8.RuneCountInString(s), limit+1) for limit ≥ 0: enough to tell whether s
-// has more than limit runes without counting all of them.
-func runeCountUpTo(s string, limit int) int {
-	if limit < 0 {
-		limit = 0
-	}
-	if len(s) <= limit {
-		return utf8.RuneCountInString(s) // every rune has at least one byte
-	}
-	n := 0
-	for i := 0; i < len(s) && n <= limit; n++ {
-		if s[i] < utf8.RuneSelf {
-			i++
-			continue
+// runePrefix walks s, which is valid UTF-8, up to limit+1 runes (keep ≤ limit): off is the byte
+// offset after its first keep runes (len(s) when it has fewer), count is min(its rune count,
+// limit+1). In valid UTF-8 a rune starts at every byte that is not a continuation byte, so nothing
+// is decoded.
+func runePrefix(s string, keep, limit int) (off, count int) {
+	off = -1
+	i := 0
+	for i < len(s) && count <= limit {
+		if count == keep {
+			off = i
 		}
-		_, size := utf8.DecodeRuneInString(s[i:])
-		i += size
+		i++
+		for i < len(s) && !utf8.RuneStart(s[i]) {
+			i++
+		}
+		count++
 	}
+	if off < 0 {
+		off = i // s has no more than keep runes (or keep == count at the end)
+	}
+	return off, count
+}
+
+// runeCountUpTo is min(utf8.RuneCountInString(s), limit+1) for limit ≥ 0 and valid UTF-8 s: enough
+// to tell whether s has more than limit runes without counting all of them.
+func runeCountUpTo(s string, limit int) int {
+	_, n := runePrefix(s, 0, max(limit, 0))
 	return n
 }
 
@@ -137,7 +155,7 @@ func leadOfLine(raw string) string {
 	if cut := windowEnd(raw); cut < len(raw) {
 		var st Stripper
 		p := st.Push(repairUTF8(raw[:cut]))
-		if got, table := leadLineTable(p); !table && utf8.RuneCountInString(got) > MaxLeadRunes+1 {
+		if got, table := leadLineTable(p); !table && runeCountUpTo(got, MaxLeadRunes+1) > MaxLeadRunes+1 {
 			return got
 		}
 	}

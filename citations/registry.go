@@ -91,51 +91,86 @@ func (r *Registry) Add(res ToolResult) string {
 }
 
 // addWebSearch reads a web_search result in one pass (see jsonscan.go) and splices a "ref" into
-// each result object that has a registry number.
+// each result object that has a registry number. The pass validates the whole document and notes,
+// for every object of "results", where its members are; sources are entered once the document is
+// known to be valid and not a failure.
 func (r *Registry) addWebSearch(res ToolResult) string {
 	content := res.Content
-	var results jsSpan
-	hasResults, failed := false, false
-	if !topObject(content, func(m jsMember) {
-		switch m.key {
-		case "error":
-			failed = true
-		case "results":
-			results, hasResults = m.val, true // the last duplicate wins, as in encoding/json
-		}
-	}) || failed || !hasResults || content[results.start] != '[' {
+	var items []searchItem
+	hasResults, isArray, failed := false, false, false
+	p := jsScanner{s: content, ok: true}
+	if !p.document(func() bool {
+		return p.objectFn(1, true, func(key string, _ int) bool {
+			switch key {
+			case "error":
+				failed = true
+			case "results":
+				// The last duplicate wins, as in encoding/json.
+				hasResults, isArray, items = true, content[p.i] == '[', items[:0]
+				if isArray {
+					return p.arrayFn(2, func() bool { return p.searchItem(&items) })
+				}
+			}
+			return p.value(1)
+		})
+	}) || failed || !hasResults || !isArray {
 		return content
 	}
-	ed := make(edits, 0, 16) // a search returns about ten results: their edits fit without growing
-	p := jsScanner{s: content, i: results.start, ok: true}
-	p.array(1, func(v jsSpan) {
-		if content[v.start] != '{' {
-			return
+	ed := make(edits, 0, len(items))
+	for _, it := range items {
+		if !it.object {
+			continue
 		}
-		var u string
-		var title, excerpt jsSpan
-		var refs []jsMember
-		var members int
-		q := jsScanner{s: content, i: v.start, ok: true}
-		q.object(1, func(m jsMember) {
-			members++
-			switch m.key {
-			case "url":
-				u, _ = stringValue(content, m.val)
-			case "title":
-				title = m.val
-			case "content":
-				excerpt = m.val
-			case "ref":
-				refs = append(refs, m)
-			}
-		})
+		u, _ := stringValue(content, it.url)
 		// Title and excerpt are decoded only for a source that enters the registry: a duplicate
 		// or one past the cap needs neither.
-		n := r.add(Source{URL: u, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, At: res.At}, &lazyText{content, title, excerpt})
-		ed.setRef(content, v, refs, members, n)
-	})
+		n := r.add(Source{URL: u, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, At: res.At}, &lazyText{content, it.title, it.excerpt})
+		ed.setRef(content, it.span, it.refs, it.members, n)
+	}
 	return ed.apply(content)
+}
+
+// searchItem is where one element of a web_search result's "results" sits and, when it is an
+// object, where its members are (the last of duplicates, as encoding/json reads them).
+type searchItem struct {
+	span                jsSpan
+	object              bool
+	url, title, excerpt jsSpan
+	refs                []jsMember
+	members             int
+}
+
+// searchItem scans one element of "results" (at depth 2), noting it in items.
+func (p *jsScanner) searchItem(items *[]searchItem) bool {
+	it := searchItem{span: jsSpan{start: p.i}}
+	var ok bool
+	if p.s[p.i] == '{' {
+		it.object = true
+		ok = p.objectFn(3, true, func(key string, keyStart int) bool {
+			it.members++
+			start := p.i
+			if !p.value(3) {
+				return false
+			}
+			v := jsSpan{start, p.i}
+			switch key {
+			case "url":
+				it.url = v
+			case "title":
+				it.title = v
+			case "content":
+				it.excerpt = v
+			case "ref":
+				it.refs = append(it.refs, jsMember{key: key, start: keyStart, val: v})
+			}
+			return true
+		})
+	} else {
+		ok = p.value(2)
+	}
+	it.span.end = p.i
+	*items = append(*items, it)
+	return ok
 }
 
 // addOpenWebPage reads an open_web_page result in one pass. It is a source only when its content is
