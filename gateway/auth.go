@@ -184,7 +184,7 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	r = withUserLang(r, u)
 	lang = langOf(r)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := web.RenderIndex(w, web.IndexData{Lang: lang, Language: u.Language, UserName: u.Name, ModelName: s.ag.ModelName(), Operator: u.Operator}); err != nil {
+	if err := web.RenderIndex(w, web.IndexData{Lang: lang, Language: u.Language, UserName: u.Name, ModelName: s.ag.ModelName(), Operator: u.Operator, First: s.firstPage(r.Context(), r, u, lang)}); err != nil {
 		s.log.WarnContext(r.Context(), "render index", "err", err)
 	}
 }

@@ -100,7 +100,7 @@ func TestBrowserToolLinesAfterReopen(t *testing.T) {
 	waitJS(t, tb, 30*time.Second, `!!document.querySelector('#messages .msg.assistant .activity .tool.ok') && !!document.querySelector('#messages .msg.assistant sup.cite-ref')`, "live run shows its tool line and answer")
 	live := evalJS[[]string](t, tb, `[...document.querySelectorAll('#messages .activity .tool')].map((e) => e.textContent)`)
 	require.NotEmpty(t, live)
-	waitJS(t, tb, 30*time.Second, `!!location.hash && !citegate.state.runs.size`, "run finished")
+	waitJS(t, tb, 30*time.Second, `!!citegate.state.current && new URLSearchParams(location.search).get('s') === citegate.state.current && !citegate.state.runs.size`, "run finished")
 	tb.do(t, 10*time.Second, chromedp.Reload())
 	waitConnected(t, tb)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 2`, "history renders")

@@ -62,6 +62,9 @@ type clientFrame struct {
 	meta json.RawMessage
 	// Before is session.more's cursor: the id of the oldest message the client shows.
 	Before uint64 `json:"before"`
+	// Newest is, on session.open, the id of the newest message the page already shows (the app
+	// shell rendered it, see firstPage): the answer is session.unchanged when it still is.
+	Newest uint64 `json:"newest"`
 }
 
 // quoteShort quotes at most 40 bytes of s for an error message, so a hostile frame type cannot

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/citegate/citegate/store"
 )
@@ -26,10 +27,16 @@ func (c *client) sessionPage(ctx context.Context, f clientFrame, before uint64) 
 		c.sendError(CodeNotFound, "not found", f.SessionID, f.ClientMsgID)
 		return
 	}
-	// ListDialogBefore reads the session's index backwards from the cursor and skips tool traffic
-	// without decoding it: exactly the messages visible() keeps. One more than a page tells
-	// whether an older one exists.
-	page, err := c.s.hub.st.ListDialogBefore(ctx, f.SessionID, before, historyPageSize+1)
+	if before == 0 && f.Newest != 0 {
+		// The page was rendered with the newest page already in it (firstPage): if nothing was
+		// added since, say so instead of sending the same fifty messages again.
+		latest, err := c.s.hub.st.ListDialogBefore(ctx, f.SessionID, 0, 1)
+		if err == nil && len(latest) == 1 && latest[0].ID == f.Newest {
+			c.send(&wsFrame{Type: "session.unchanged", SessionID: f.SessionID, ClientMsgID: f.ClientMsgID})
+			return
+		}
+	}
+	msgs, more, err := c.s.historyPage(ctx, f.SessionID, before, c.lang)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			// Deleted since this replica cached its owner (DELETE /api/sessions/{id} elsewhere).
@@ -39,6 +46,20 @@ func (c *client) sessionPage(ctx context.Context, f clientFrame, before uint64) 
 		c.s.storeErr("list_dialog_before", err)
 		c.sendError(CodeInternal, c.say("could not load the session", "无法加载会话。"), f.SessionID, f.ClientMsgID)
 		return
+	}
+	c.send(&wsFrame{Type: "session.history", SessionID: f.SessionID, ClientMsgID: f.ClientMsgID, Messages: &msgs, Before: before, HasMore: &more})
+}
+
+// historyPage is one page of a session's visible messages, rendered (before 0: the newest page),
+// and whether anything older is left. The websocket's session.history and the app shell's first
+// page (firstPage) both come from here, so the page a reload shows is the page the socket sends.
+func (s *Server) historyPage(ctx context.Context, sessionID string, before uint64, lang string) ([]messageJSON, bool, error) {
+	// ListDialogBefore reads the session's index backwards from the cursor and skips tool traffic
+	// without decoding it: exactly the messages visible() keeps. One more than a page tells
+	// whether an older one exists.
+	page, err := s.st.ListDialogBefore(ctx, sessionID, before, historyPageSize+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("history page: %w", err)
 	}
 	more := len(page) > historyPageSize
 	if more {
@@ -53,8 +74,7 @@ func (c *client) sessionPage(ctx context.Context, f clientFrame, before uint64) 
 			break
 		}
 	}
-	msgs := c.s.pageJSON(ctx, page, c.lang)
-	c.send(&wsFrame{Type: "session.history", SessionID: f.SessionID, ClientMsgID: f.ClientMsgID, Messages: &msgs, Before: before, HasMore: &more})
+	return s.pageJSON(ctx, page, lang), more, nil
 }
 
 // sessionMore handles {"type":"session.more","sessionId","before":<messageId>}.

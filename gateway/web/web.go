@@ -6,6 +6,7 @@ package web
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -42,20 +43,34 @@ type ShareData struct {
 // LoginData fills the login page; Error is shown above the form when set.
 type LoginData struct{ Lang, Error string }
 
-// IndexData fills the desktop app shell. Operator adds the link to the operator console.
+// IndexData fills the desktop app shell. Operator adds the link to the operator console. First,
+// when set, is the chat the address names, rendered into the shell.
 type IndexData struct {
 	Lang, UserName, ModelName string
 	Operator                  bool
 	// Language is the user's stored interface-language choice ("zh", "en", or "" to follow the
 	// browser); the language switcher shows it selected.
 	Language string
+	First    *FirstPage
 }
 
-// asset is one embedded static file with its precomputed validator.
+// FirstPage is the newest page of the chat the address names (/?s=<id>), placed in the app shell
+// so the chat is on screen and readable before any script runs. Messages hold the same sanitised
+// HTML the websocket's session.history carries; Frame is that session.history frame as JSON,
+// without the messages' html (the articles hold it), from which the scripts take the page over.
+type FirstPage struct {
+	SessionID, Title string
+	Messages         []MessageView
+	Frame            template.JS
+}
+
+// asset is one embedded static file with its precomputed validator, and for text files its gzip
+// form (compressed once at start-up; nil when compressing does not pay).
 type asset struct {
 	body        []byte
 	etag        string
 	contentType string
+	gz          []byte
 }
 
 var (
@@ -98,7 +113,11 @@ func loadAssets() (map[string]asset, string, error) {
 		if ct == "" {
 			ct = "application/octet-stream"
 		}
-		out[strings.TrimPrefix(p, "static/")] = asset{body: b, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, contentType: ct}
+		a := asset{body: b, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, contentType: ct}
+		if a.gz, err = gzipText(ct, b); err != nil {
+			return err
+		}
+		out[strings.TrimPrefix(p, "static/")] = a
 		return nil
 	})
 	if err != nil {
@@ -124,15 +143,61 @@ func Assets() http.Handler {
 		}
 		h := w.Header()
 		h.Set("Content-Type", a.contentType)
-		h.Set("ETag", a.etag)
 		h.Set("X-Content-Type-Options", "nosniff")
 		if r.URL.Query().Get("v") == assetVersion {
 			h.Set("Cache-Control", "public, max-age=31536000, immutable")
 		} else {
 			h.Set("Cache-Control", "no-cache")
 		}
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(a.body))
+		body, etag := a.body, a.etag
+		if a.gz != nil {
+			h.Set("Vary", "Accept-Encoding")
+			if acceptsGzip(r) {
+				// The compressed bytes are another representation: their own validator.
+				body, etag = a.gz, strings.TrimSuffix(a.etag, `"`)+`-gz"`
+				h.Set("Content-Encoding", "gzip")
+			}
+		}
+		h.Set("ETag", etag)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 	})
+}
+
+// gzipText compresses a text asset (scripts, styles, SVG); other types, and texts that do not
+// shrink by at least a tenth, stay as they are (nil).
+func gzipText(contentType string, b []byte) ([]byte, error) {
+	if !strings.HasPrefix(contentType, "text/") && !strings.Contains(contentType, "javascript") && !strings.Contains(contentType, "svg") {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, fmt.Errorf("web: gzip: %w", err)
+	}
+	if _, err := zw.Write(b); err != nil {
+		return nil, fmt.Errorf("web: gzip: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("web: gzip: %w", err)
+	}
+	if buf.Len() > len(b)*9/10 {
+		return nil, nil
+	}
+	return buf.Bytes(), nil
+}
+
+// acceptsGzip reports whether the request's Accept-Encoding allows gzip (and does not refuse it
+// with q=0).
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			continue
+		}
+		q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+		return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+	}
+	return false
 }
 
 // AssetVersion identifies the embedded assets' content.

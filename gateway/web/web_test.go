@@ -2,7 +2,9 @@ package web
 
 import (
 	"bytes"
+	"compress/gzip"
 	"html/template"
+	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -67,7 +69,10 @@ func TestAssets(t *testing.T) {
 // TestScriptsSmall keeps every desktop script small, free of dependencies and of the one sink that
 // could turn streamed model text into markup, and checks that index.html loads each of them.
 func TestScriptsSmall(t *testing.T) {
-	page := renderTo(t, func(b *bytes.Buffer) error { return RenderIndex(b, IndexData{Lang: "zh"}) })
+	// With a chat rendered in (First), as a reload of /?s=<id> gets it: first.js is loaded then only.
+	page := renderTo(t, func(b *bytes.Buffer) error {
+		return RenderIndex(b, IndexData{Lang: "zh", First: &FirstPage{SessionID: "s1", Frame: `{"type":"session.history"}`}})
+	})
 	n := 0
 	for name, a := range assets {
 		if !strings.HasSuffix(name, ".js") {
@@ -85,8 +90,18 @@ func TestScriptsSmall(t *testing.T) {
 		for _, m := range regexp.MustCompile(`innerHTML\s*=\s*([^;]+);`).FindAllStringSubmatch(js, -1) {
 			assert.Contains(t, []string{"m.html", "f.html", "p.excerptHtml"}, strings.TrimSpace(m[1]), name)
 		}
-		assert.Contains(t, page, `<script src="/assets/`+name+`?v=`+AssetVersion()+`" defer></script>`, "index.html loads %s", name)
+		mode := ` defer`
+		switch name {
+		case "boot.js":
+			mode = ` async` // it only opens the websocket early; see boot.js
+		case "first.js":
+			mode = `` // it must run before the first paint; see first.js
+		}
+		assert.Contains(t, page, `<script src="/assets/`+name+`?v=`+AssetVersion()+`"`+mode+`></script>`, "index.html loads %s", name)
 	}
+	// boot.js touches no page element and runs before every other script.
+	assert.Less(t, strings.Index(page, "/assets/boot.js"), strings.Index(page, "/assets/core.js"))
+	assert.NotContains(t, string(assets["boot.js"].body), "getElementById")
 	assert.GreaterOrEqual(t, n, 7)
 	// core.js defines the namespace every other script uses, and start.js connects: first and last
 	// of the shell's own files.
@@ -198,5 +213,54 @@ func TestTextsComplete(t *testing.T) {
 func TestNormLang(t *testing.T) {
 	for in, want := range map[string]string{"": "zh", "zh-CN": "zh", "EN": "en", "en-GB": "en", "fr": "zh"} {
 		assert.Equal(t, want, normLang(in), in)
+	}
+}
+
+// TestAssetsGzip: text assets go compressed to a client that accepts gzip (their own ETag, which
+// revalidates), as they are to one that does not or refuses it; the bytes are the same file.
+func TestAssetsGzip(t *testing.T) {
+	srv := httptest.NewServer(http.StripPrefix("/assets/", Assets()))
+	defer srv.Close()
+	// A transport that leaves Content-Encoding to the test instead of decoding it silently.
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	get := func(path, accept, inm string) (*http.Response, []byte) {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		if accept != "" {
+			req.Header.Set("Accept-Encoding", accept)
+		}
+		if inm != "" {
+			req.Header.Set("If-None-Match", inm)
+		}
+		res, err := client.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res, b
+	}
+	for _, name := range []string{"core.js", "app.css"} {
+		plain := assets[name].body
+		res, b := get("/assets/"+name, "gzip, deflate, br", "")
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		assert.Equal(t, "gzip", res.Header.Get("Content-Encoding"), name)
+		assert.Equal(t, "Accept-Encoding", res.Header.Get("Vary"))
+		assert.Less(t, len(b), len(plain)/2, "%s compresses", name)
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		require.NoError(t, err)
+		un, err := io.ReadAll(zr)
+		require.NoError(t, err)
+		assert.Equal(t, plain, un, name)
+		etag := res.Header.Get("ETag")
+		assert.NotEqual(t, assets[name].etag, etag, "the compressed form has its own validator")
+		res, _ = get("/assets/"+name, "gzip", etag)
+		assert.Equal(t, http.StatusNotModified, res.StatusCode)
+
+		for _, accept := range []string{"", "identity", "gzip;q=0", "br"} {
+			res, b := get("/assets/"+name, accept, "")
+			assert.Empty(t, res.Header.Get("Content-Encoding"), "%s with Accept-Encoding %q", name, accept)
+			assert.Equal(t, plain, b)
+			assert.Equal(t, assets[name].etag, res.Header.Get("ETag"))
+		}
 	}
 }

@@ -67,13 +67,13 @@
     results.replaceChildren(...list.map((r) => {
       const li = el('li');
       const a = el('a', r.session.id === state.current ? 'active' : '', r.session.title || T.newChat);
-      a.href = '#s=' + encodeURIComponent(r.session.id);
+      a.href = cg.chatURL(r.session.id);
       a.dataset.id = r.session.id;
       if (r.messages && r.messages.length) a.dataset.msg = r.messages[0].id;
       li.append(a);
       for (const m of r.messages || []) {
         const s = el('a', 'snippet', m.snippet);
-        s.href = '#s=' + encodeURIComponent(r.session.id);
+        s.href = cg.chatURL(r.session.id);
         s.dataset.id = r.session.id;
         s.dataset.msg = m.id;
         li.append(s);

@@ -57,6 +57,8 @@
     pending: new Map(), // clientMsgId → user bubble element waiting for its session
     runs: new Map(), // sessionId → live run {runId, el, body, text, activity, tools}
     shareToken: null,
+    prerendered: null, // {sessionId, newest} while the server-rendered first page awaits its check (start.js)
+    openSent: null, // the chat boot.js asked for on the socket being taken over (core.js connect)
   };
 
   // ---------- hooks ----------
@@ -108,21 +110,42 @@
   }
 
   // ---------- websocket ----------
+  function onFrame(data) {
+    let f;
+    try { f = JSON.parse(data); } catch (_) { return; }
+    if (f && typeof f.type === 'string') emit('frame:' + f.type, f);
+  }
+  // takeEarly returns the socket boot.js opened while the page loaded (once), or null when there
+  // is none or it is already closing.
+  function takeEarly() {
+    const early = window.citegateBoot;
+    window.citegateBoot = null;
+    if (!early || !early.ws || early.ws.readyState > WebSocket.OPEN) return null;
+    return early;
+  }
   function connect() {
     emit('connecting');
     setConn(T.connecting, false);
-    const ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws');
+    const early = takeEarly();
+    const ws = early ? early.ws : new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws');
     state.ws = ws;
-    ws.onopen = () => {
+    const opened = () => {
       state.backoff = 500;
       setConn(T.online, false);
+      // openSent names the chat whose session.open boot.js already sent on this socket, so
+      // sessions.js does not ask twice; it holds only while 'connected' runs.
+      state.openSent = early && early.opened;
       emit('connected');
+      state.openSent = null;
     };
-    ws.onmessage = (e) => {
-      let f;
-      try { f = JSON.parse(e.data); } catch (_) { return; }
-      if (f && typeof f.type === 'string') emit('frame:' + f.type, f);
-    };
+    ws.onopen = opened;
+    ws.onmessage = (e) => onFrame(e.data);
+    if (early && ws.readyState === WebSocket.OPEN) {
+      // Opened before this script ran: report it, then the frames that came meanwhile, in order,
+      // before any later frame (those are queued tasks, this runs now).
+      opened();
+      for (const data of early.frames.splice(0)) onFrame(data);
+    }
     ws.onclose = (e) => {
       if (state.ws !== ws) return;
       state.ws = null;

@@ -30,15 +30,24 @@
     if (old) old.remove();
     art.append(el('div', 'status ' + cls, text));
   }
-  function renderHistory(sessionId, messages) {
+  // renderHistory shows a session's newest page. prerendered: the page already holds these
+  // messages' articles (the server rendered them into the shell; start.js checked they match), so
+  // they are taken as they are instead of being built again.
+  function renderHistory(sessionId, messages, prerendered) {
     if (sessionId !== state.current) return;
-    const list = messages.map((m) => {
-      const art = messageEl(m.role, m.id);
-      art.querySelector('.bubble').innerHTML = m.html; // sanitised on the server
-      if (m.interrupted) addStatus(art, 'interrupted', T.interrupted);
-      return art;
-    });
-    els.messages.replaceChildren(...list);
+    let list;
+    if (prerendered) {
+      list = Array.from(els.messages.querySelectorAll(':scope > .msg[data-id]'));
+      messages.forEach((m, i) => { if (m.interrupted) addStatus(list[i], 'interrupted', T.interrupted); });
+    } else {
+      list = messages.map((m) => {
+        const art = messageEl(m.role, m.id);
+        art.querySelector('.bubble').innerHTML = m.html; // sanitised on the server
+        if (m.interrupted) addStatus(art, 'interrupted', T.interrupted);
+        return art;
+      });
+      els.messages.replaceChildren(...list);
+    }
     const run = state.runs.get(sessionId);
     // A run in progress continues below its history, unless the history already holds its answer.
     const stored = run && run.el.dataset.id && messages.some((m) => String(m.id) === run.el.dataset.id);
@@ -176,7 +185,7 @@
   });
 
   // A page with before is an earlier page for history-more.js to insert, not the chat's newest page.
-  cg.on('frame:session.history', (f) => { if (!f.before) renderHistory(f.sessionId, f.messages || []); });
+  cg.on('frame:session.history', (f) => { if (!f.before) renderHistory(f.sessionId, f.messages || [], !!f.prerendered); });
   cg.on('frame:run.started', (f) => {
     const mine = f.sessionId === state.current && !!els.messages.querySelector('.msg.pending');
     startRun(f);

@@ -1,11 +1,13 @@
-// citegate desktop view: the chat list, opening a chat, the address-bar hash (#s=<id>).
+// citegate desktop view: the chat list, opening a chat, the chat in the address (?s=<id>, which the
+// server renders into the page on a reload; #s=<id> links, the older form, still open a chat).
 'use strict';
 
 (() => {
   const cg = window.citegate;
   const { T, els, state, el, send } = cg;
 
-  const emptyHint = (els.messages.querySelector('.empty') || {}).textContent || '';
+  const emptyHint = els.messages.dataset.empty || (els.messages.querySelector('.empty') || {}).textContent || '';
+  const chatURL = (id) => '?s=' + encodeURIComponent(id);
 
   async function loadSessions() {
     try {
@@ -18,7 +20,7 @@
     els.sessions.replaceChildren(...state.sessions.map((s) => {
       const li = el('li');
       const a = el('a', s.id === state.current ? 'active' : '', s.title || T.newChat);
-      a.href = '#s=' + encodeURIComponent(s.id);
+      a.href = chatURL(s.id);
       a.dataset.id = s.id;
       a.title = s.title || '';
       if (s.channel && s.channel !== 'desktop') a.append(el('span', 'channel', s.channel));
@@ -38,7 +40,7 @@
 
   function openSession(id) {
     state.current = id;
-    history.replaceState(null, '', id ? '#s=' + encodeURIComponent(id) : location.pathname);
+    history.replaceState(null, '', id ? chatURL(id) : location.pathname);
     cg.hideShare();
     els.shareBtn.disabled = !id;
     renderSessions();
@@ -60,19 +62,31 @@
     if (pending) {
       state.pending.delete(f.clientMsgId);
       state.current = s.id;
-      history.replaceState(null, '', '#s=' + encodeURIComponent(s.id));
+      history.replaceState(null, '', chatURL(s.id));
       els.shareBtn.disabled = false;
     }
     renderSessions();
   });
   cg.on('connected', () => {
-    if (state.current) send({ type: 'session.open', sessionId: state.current });
+    // boot.js may have asked for this chat already on this socket (see core.js connect). When the
+    // server rendered the chat into the page, only ask whether something was added since (newest:
+    // the last message shown; the answer is session.unchanged, or the page as usual).
+    const pre = state.prerendered;
+    state.prerendered = null;
+    if (state.current && state.openSent !== state.current) {
+      const f = { type: 'session.open', sessionId: state.current };
+      if (pre && pre.sessionId === state.current && pre.newest) f.newest = pre.newest;
+      send(f);
+    }
     loadSessions();
   });
 
+  // sessionFromHash is the chat the address names: a #s=<id> link first (pasted onto an open
+  // page it changes only the hash), else ?s=<id>.
   function sessionFromHash() {
     const m = /^#s=(.+)$/.exec(location.hash);
-    return m ? decodeURIComponent(m[1]) : null;
+    if (m) return decodeURIComponent(m[1]);
+    return new URLSearchParams(location.search).get('s') || null;
   }
   // Back/forward and pasted links move between sessions without a reload.
   window.addEventListener('hashchange', () => {
@@ -80,5 +94,5 @@
     if (id !== state.current && (id || !location.hash)) openSession(id);
   });
 
-  Object.assign(cg, { loadSessions, renderSessions, openSession, sessionFromHash });
+  Object.assign(cg, { loadSessions, renderSessions, openSession, sessionFromHash, chatURL });
 })();

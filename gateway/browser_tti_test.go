@@ -1,0 +1,240 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+)
+
+// ttiProbe is evaluated in every new document before the page's own scripts. It marks, on the
+// page's clock (navigation start = 0), when the websocket was opened and when its first
+// session.history frame arrived, and checks every animation frame for two moments:
+//
+//   - tti:history: the chat's newest page (≥ 50 messages) is in the document, whoever put it there;
+//   - tti:interactive: besides, the websocket is open (sending works), the composer's send button
+//     is enabled and the last answer carries its action bar (copy, regenerate, feedback work).
+//
+// It looks at the page from outside, as a user would, so it measures any loading strategy alike.
+const ttiProbe = `(() => {
+  const mark = (n) => { if (!performance.getEntriesByName(n).length) performance.mark(n); };
+  const W = window.WebSocket;
+  window.WebSocket = class extends W {
+    constructor(...a) {
+      super(...a);
+      mark('tti:ws-new');
+      this.addEventListener('open', () => mark('tti:ws-open'));
+      this.addEventListener('message', (e) => {
+        if (typeof e.data === 'string' && e.data.includes('"session.history"')) mark('tti:history-frame');
+      });
+    }
+  };
+  const check = () => {
+    const msgs = document.querySelectorAll('#messages .msg');
+    if (msgs.length >= 50) {
+      mark('tti:history');
+      const cg = window.citegate;
+      const answers = document.querySelectorAll('#messages .msg.assistant');
+      const last = answers[answers.length - 1];
+      const send = document.getElementById('send');
+      if (cg && cg.state.ws && cg.state.ws.readyState === 1 && send && !send.disabled &&
+          last && last.querySelector('.msg-actions')) {
+        mark('tti:interactive');
+        return;
+      }
+    }
+    requestAnimationFrame(check);
+  };
+  requestAnimationFrame(check);
+})()`
+
+// ttiBreakdown reads one load's figures (ms from navigation start).
+const ttiBreakdown = `(() => {
+  const at = (n) => { const e = performance.getEntriesByName(n)[0]; return e ? e.startTime : -1; };
+  const nav = performance.getEntriesByType('navigation')[0];
+  const scripts = performance.getEntriesByType('resource').filter((r) => r.initiatorType === 'script' || r.name.endsWith('.js') || r.name.includes('.js?'));
+  const fcp = performance.getEntriesByType('paint').find((p) => p.name === 'first-contentful-paint');
+  return {
+    html: nav.responseEnd, fcp: fcp ? fcp.startTime : -1,
+    scripts: scripts.length ? Math.max(...scripts.map((r) => r.responseEnd)) : -1, nScripts: scripts.length,
+    dcl: nav.domContentLoadedEventEnd, parsed: nav.domInteractive, wsNew: at('tti:ws-new'), wsOpen: at('tti:ws-open'),
+    frame: at('tti:history-frame'), history: at('tti:history'), interactive: at('tti:interactive'),
+  };
+})()`
+
+type ttiLoad struct {
+	HTML        float64 `json:"html"`
+	FCP         float64 `json:"fcp"`
+	Scripts     float64 `json:"scripts"`
+	NScripts    int     `json:"nScripts"`
+	DCL         float64 `json:"dcl"`
+	Parsed      float64 `json:"parsed"`
+	WSNew       float64 `json:"wsNew"`
+	WSOpen      float64 `json:"wsOpen"`
+	Frame       float64 `json:"frame"`
+	History     float64 `json:"history"`
+	Interactive float64 `json:"interactive"`
+}
+
+// ttiVariant is one way of loading the page, measured side by side with the others.
+type ttiVariant struct {
+	name string
+	url  string
+	// before serves the page as main loaded it before the time-to-interactive work: boot.js is
+	// blocked (core.js then opens the websocket after every script, as it used to) and every
+	// message is laid out (content-visibility off).
+	before bool
+	tb     *tab
+}
+
+const beforeCSS = `(() => {
+  const s = new CSSStyleSheet();
+  s.replaceSync('body.app .messages > .msg { content-visibility: visible !important; }');
+  document.adoptedStyleSheets = [s];
+})()`
+
+func (v *ttiVariant) prepare(t *testing.T, stack *browserStack, browser context.Context) {
+	t.Helper()
+	v.tb = loginTab(t, stack, browser)
+	probe := ttiProbe
+	if v.before {
+		probe += ";" + beforeCSS
+	}
+	v.tb.do(t, 10*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: probe}); err != nil {
+			return err
+		}
+		if !v.before {
+			return nil
+		}
+		if _, err := chromedp.Call(ctx, page.SetBypassCSP, page.SetBypassCSPParams{Enabled: true}); err != nil {
+			return err
+		}
+		_, err := chromedp.Call(ctx, network.SetBlockedURLs, network.SetBlockedURLsParams{
+			URLPatterns: []*network.BlockPattern{{URLPattern: "*://*:*/assets/boot.js?*", Block: true}},
+		})
+		return err
+	}))
+}
+
+// load opens the variant's URL once (cold: with the browser cache emptied first) and returns the
+// breakdown. It asserts behaviour only: the chat shows and becomes usable, and the "before"
+// variant really loads the old way (no early socket).
+func (v *ttiVariant) load(t *testing.T, i int, cold bool) ttiLoad {
+	t.Helper()
+	tb := v.tb
+	if cold {
+		tb.do(t, 10*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, network.ClearBrowserCache, cdp.Empty{})
+			return err
+		}))
+	}
+	// A distinct query each time: the same URL with a hash would not load a new document.
+	u, hash, _ := strings.Cut(v.url, "#")
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	u += fmt.Sprintf("%sload=%d", sep, i)
+	if hash != "" {
+		u += "#" + hash
+	}
+	tb.do(t, 30*time.Second, chromedp.Navigate(u))
+	waitJS(t, tb, 30*time.Second, `performance.getEntriesByName('tti:interactive').length > 0`, v.name+": the 200-message chat becomes interactive")
+	require.Equal(t, 50, evalJS[int](t, tb, `document.querySelectorAll('#messages .msg').length`), v.name+": the newest page shows")
+	require.True(t, evalJS[bool](t, tb, `!!document.querySelector('#messages .load-earlier')`), v.name+": load earlier shows")
+	if v.before {
+		require.True(t, evalJS[bool](t, tb, `performance.getEntriesByName('tti:ws-new')[0].startTime >= performance.getEntriesByType('navigation')[0].domContentLoadedEventStart`),
+			"before: the websocket opens only after every script ran")
+	}
+	return evalJS[ttiLoad](t, tb, ttiBreakdown)
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return -1
+	}
+	return s[len(s)/2]
+}
+
+// summarise reports the median of each step over the loads and returns the median time to
+// interactive.
+func summarise(t *testing.T, name string, loads []ttiLoad) float64 {
+	t.Helper()
+	col := func(f func(ttiLoad) float64) float64 {
+		var xs []float64
+		for _, l := range loads {
+			xs = append(xs, f(l))
+		}
+		return median(xs)
+	}
+	var tti []float64
+	for _, l := range loads {
+		tti = append(tti, l.Interactive)
+	}
+	slices.Sort(tti)
+	t.Logf("%s: interactive median %.0f ms (min %.0f, max %.0f, %d loads); medians: html %.0f, parsed %.0f, first paint %.0f, scripts loaded %.0f (%d), DOMContentLoaded end %.0f, ws created %.0f, ws open %.0f, history frame %.0f, history on screen %.0f",
+		name, median(tti), tti[0], tti[len(tti)-1], len(tti),
+		col(func(l ttiLoad) float64 { return l.HTML }), col(func(l ttiLoad) float64 { return l.Parsed }), col(func(l ttiLoad) float64 { return l.FCP }),
+		col(func(l ttiLoad) float64 { return l.Scripts }), loads[0].NScripts,
+		col(func(l ttiLoad) float64 { return l.DCL }), col(func(l ttiLoad) float64 { return l.WSNew }),
+		col(func(l ttiLoad) float64 { return l.WSOpen }), col(func(l ttiLoad) float64 { return l.Frame }),
+		col(func(l ttiLoad) float64 { return l.History }))
+	return median(tti)
+}
+
+// TestBrowserTimeToInteractive measures time to interactive of a 200-message chat in headless
+// Chromium: navigation start until the newest page is on screen, the websocket open, the composer
+// ready and the answers' actions in place (see ttiProbe). The page as it loads now and as it
+// loaded before (see ttiVariant.before) are measured in the same run, load after load in turn, with
+// a warm cache (a returning user) and an emptied one (a first visit), each with the breakdown of
+// where the time goes. The figures are reported, not judged (the machine is shared);
+// docs/benchmarks.md records them.
+func TestBrowserTimeToInteractive(t *testing.T) {
+	requireBrowser(t)
+	stack := newBrowserStack(t, nil)
+	big := seedChat(t, stack, "两百条消息的对话", 200)
+	browser := newBrowser(t)
+	// The address a reload or an opened link has now (?s=, rendered by the server) and the older
+	// #s= link (rendered by the scripts from the websocket's page, opened early by boot.js).
+	variants := []*ttiVariant{
+		{name: "before (#s=, scripts first)", url: stack.URL + "/#s=" + big, before: true},
+		{name: "now, #s= link", url: stack.URL + "/#s=" + big},
+		{name: "now, ?s= (server-rendered)", url: stack.URL + "/?s=" + big},
+	}
+	for _, v := range variants {
+		v.prepare(t, stack, browser)
+		// One load first so the assets are cached and the server's render cache is warm for all.
+		v.load(t, 0, false)
+	}
+	const n = 7
+	for _, cold := range []bool{false, true} {
+		loads := make([][]ttiLoad, len(variants))
+		for i := range n {
+			for j, v := range variants {
+				loads[j] = append(loads[j], v.load(t, i+1, cold))
+			}
+		}
+		cache := "warm cache"
+		if cold {
+			cache = "cold cache"
+		}
+		var meds []float64
+		for j, v := range variants {
+			meds = append(meds, summarise(t, v.name+", "+cache, loads[j]))
+		}
+		for j := 1; j < len(variants); j++ {
+			t.Logf("%s: %s / before = %.2f", cache, variants[j].name, meds[j]/meds[0])
+		}
+	}
+}
