@@ -238,3 +238,63 @@ func TestBrowserTimeToInteractive(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowserFirstPage: a chat opened at its address (/?s=<id>) arrives rendered by the server and
+// behaves exactly like one the websocket filled: scrolled to its end, the newest page only, with
+// "load earlier", action bars, source excerpts and sending; the websocket does not send the page
+// again (session.open with newest is answered session.unchanged). At 375 px the drawer starts
+// closed and the chat shows.
+func TestBrowserFirstPage(t *testing.T) {
+	requireBrowser(t)
+	stack := newBrowserStack(t, nil)
+	big := seedChat(t, stack, "两百条消息的对话", 200)
+	browser := newBrowser(t)
+	tb := loginTab(t, stack, browser)
+	tb.do(t, 10*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: ttiProbe + `;(() => {
+  const W = window.WebSocket;
+  window.__frames = [];
+  window.WebSocket = class extends W {
+    constructor(...a) { super(...a); this.addEventListener('message', (e) => { try { __frames.push(JSON.parse(e.data).type); } catch (_) {} }); }
+  };
+})()`})
+		return err
+	}))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/?s="+big))
+	waitJS(t, tb, 30*time.Second, `performance.getEntriesByName('tti:interactive').length > 0`, "the chat becomes interactive")
+	waitJS(t, tb, 15*time.Second, `__frames.includes('session.unchanged')`, "session.open is answered session.unchanged")
+	require.False(t, evalJS[bool](t, tb, `__frames.includes('session.history')`), "the page is not sent again")
+	require.Equal(t, 50, evalJS[int](t, tb, `document.querySelectorAll('#messages .msg').length`))
+	require.Equal(t, 50, evalJS[int](t, tb, `new Set([...document.querySelectorAll('#messages .msg')].map((a) => a.dataset.id)).size`), "no message twice")
+	require.Equal(t, "两百条消息的对话", evalJS[string](t, tb, `document.getElementById('chat-title').textContent`))
+	require.True(t, evalJS[bool](t, tb, `citegate.nearBottom()`), "the chat shows its end")
+	require.True(t, evalJS[bool](t, tb, `!document.getElementById('share-btn').disabled`))
+	require.Equal(t, 50, evalJS[int](t, tb, `document.querySelectorAll('#messages .msg > .msg-actions').length`), "every message has its actions")
+	waitJS(t, tb, 15*time.Second, `!![...document.querySelectorAll('#sessions a')].find((a) => a.dataset.id === `+jsString(big)+` && a.classList.contains('active') && a.getAttribute('href') === '?s=' + encodeURIComponent(`+jsString(big)+`))`, "the chat list marks the chat and links to its address")
+
+	// The excerpt of a source opens from a server-rendered answer.
+	evalJS[bool](t, tb, `(document.querySelectorAll('#messages button.src-preview')[document.querySelectorAll('#messages button.src-preview').length - 1].click(), true)`)
+	waitJS(t, tb, 15*time.Second, `!document.getElementById('excerpt').hidden`, "the excerpt panel opens for the source")
+	evalJS[bool](t, tb, `(document.getElementById('excerpt-close').click(), true)`)
+
+	// "Load earlier" puts the page before it above, without gaps.
+	evalJS[bool](t, tb, `(document.querySelector('#messages .load-earlier').click(), true)`)
+	waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#messages .msg').length === 100`, "an earlier page loads")
+
+	// Sending works and stays in this chat.
+	tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "报销需要什么材料"), chromedp.Click(chromedp.CSS("#send")))
+	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 102 && !citegate.state.runs.size`, "the question is answered")
+	require.Equal(t, big, evalJS[string](t, tb, `new URLSearchParams(location.search).get('s')`))
+
+	// A #s= link pasted onto the page opens that chat without a reload, and its address follows.
+	small := seedChat(t, stack, "年假有几天", 4)
+	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/?s="+big+"#s="+small))
+	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 4 && citegate.state.current === `+jsString(small), "the linked chat opens")
+
+	// Phone width: the drawer starts closed and the chat is on screen.
+	tb.setLayout(t, phoneLight)
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/?s="+big))
+	waitJS(t, tb, 30*time.Second, `performance.getEntriesByName('tti:interactive').length > 0`, "the chat becomes interactive at 375 px")
+	require.True(t, evalJS[bool](t, tb, `!document.body.classList.contains('drawer-open') && document.getElementById('messages').getBoundingClientRect().width > 300 && citegate.nearBottom()`))
+	tb.setLayout(t, desktopLight)
+}
