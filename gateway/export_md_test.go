@@ -7,15 +7,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/citations"
 	"github.com/citegate/citegate/store"
 )
@@ -214,4 +219,108 @@ func markdownOfWholeSession(sess store.Session, msgs []store.Message, lang strin
 	writeMarkdownWhole(b, sess, msgs, lang, now)
 	_ = b.Flush()
 	return buf.String()
+}
+
+// discardWriter is a ResponseWriter that keeps nothing, so a benchmark measures the export and
+// not a recorder's copy of the body.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkMarkdownExport compares the streamed Markdown export (pages of the store, the handler
+// itself) with the whole-session export it replaced (ListMessages, then the old writer), on a
+// session of 4,000 messages. Figures in docs/benchmarks.md.
+func BenchmarkMarkdownExport(b *testing.B) {
+	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	st, err := store.Open(b.TempDir()+"/citegate.db", store.Options{})
+	require.NoError(b, err)
+	defer st.Close()
+	ctx := context.Background()
+	u, _, err := st.CreateUser(ctx, "alice")
+	require.NoError(b, err)
+	sess, err := st.CreateSession(ctx, store.Session{UserID: u.ID, Channel: "desktop", Title: "长会话"})
+	require.NoError(b, err)
+	meta, err := json.Marshal(map[string]any{"citations": []citations.Citation{{N: 1, URL: "https://example.com/a", Title: "来源"}}})
+	require.NoError(b, err)
+	tool := searchResult("q", [3]string{"来源", "https://example.com/a", strings.Repeat("内容", 400)})
+	const turns = 1000
+	for i := range turns {
+		for _, m := range []store.Message{
+			{SessionID: sess.ID, Role: store.RoleUser, Content: fmt.Sprintf("第 %d 个问题", i)},
+			{SessionID: sess.ID, Role: store.RoleAssistant, ToolCalls: []store.ToolCall{{ID: "c", Name: "web_search", Arguments: `{"query":"q"}`}}},
+			{SessionID: sess.ID, Role: store.RoleTool, ToolCallID: "c", ToolName: "web_search", Content: tool},
+			{SessionID: sess.ID, Role: store.RoleAssistant, Content: fmt.Sprintf("回答 %d[^1^]。", i) + strings.Repeat("正文。", 100), Metadata: meta},
+		} {
+			_, err := st.AppendMessage(ctx, m)
+			require.NoError(b, err)
+		}
+	}
+	ag, err := agent.New(agent.Config{Store: st, Model: &scriptedModel{answer: func(q string, _ []string) string { return q }}})
+	require.NoError(b, err)
+	defer func() { _ = ag.Close(ctx) }()
+	srv, err := New(Config{Addr: "127.0.0.1:0", PublicURL: "http://127.0.0.1", DataDir: b.TempDir(), Store: st,
+		Agent: ag, Registry: prometheus.NewRegistry(), Now: func() time.Time { return now }})
+	require.NoError(b, err)
+	defer srv.Close()
+	req := httptest.NewRequest("GET", "/api/sessions/"+sess.ID+"/export.md?lang=zh", nil)
+	req.SetPathValue("id", sess.ID)
+	// Besides time and allocations: CPU time per export (the machine is shared, wall time is not
+	// a fair comparison) and the peak heap while exporting above the heap before (sampled every
+	// millisecond, so approximate).
+	measure := func(b *testing.B, export func()) {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		base := ms.HeapAlloc
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			var m runtime.MemStats
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					runtime.ReadMemStats(&m)
+					if m.HeapAlloc > base && m.HeapAlloc-base > peak.Load() {
+						peak.Store(m.HeapAlloc - base)
+					}
+				}
+			}
+		}()
+		b.ReportAllocs()
+		cpu := processCPU()
+		for b.Loop() {
+			export()
+		}
+		used := processCPU() - cpu
+		close(stop)
+		<-sampled
+		b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(peak.Load()), "peak-heap-B")
+	}
+	b.Run("streamed", func(b *testing.B) {
+		measure(b, func() {
+			if err := srv.handleExportMarkdown(&discardWriter{h: http.Header{}}, req, u); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+	b.Run("whole", func(b *testing.B) {
+		measure(b, func() {
+			msgs, err := st.ListMessages(ctx, sess.ID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bw := bufio.NewWriterSize(&discardWriter{h: http.Header{}}, 32<<10)
+			writeMarkdownWhole(bw, sess, msgs, "zh", now)
+			_ = bw.Flush()
+		})
+	})
 }
