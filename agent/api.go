@@ -57,6 +57,9 @@ type Event struct {
 	MessageID uint64               `json:"messageId,omitempty"`
 	Content   string               `json:"content,omitempty"`
 	Citations []citations.Citation `json:"citations,omitempty"`
+	// Metadata is the final message's metadata as committed (citations, link decision), so that a
+	// subscriber renders the answer by the record's rule without reading the record back.
+	Metadata json.RawMessage `json:"-"`
 
 	// run.finished; the marker counts are those of the citation check (zero when it did not run).
 	Phase          store.Phase `json:"phase,omitempty"`

@@ -362,9 +362,9 @@ func (rs *runState) conclude(phase store.Phase, reason string) {
 		fp = &final
 		rs.out.FinalMessageID = final.ID
 		rs.out.Content = final.Content
-		a.emit(h, Event{Type: EventAnswerFinal, MessageID: final.ID, Content: final.Content})
+		a.emit(h, Event{Type: EventAnswerFinal, MessageID: final.ID, Content: final.Content, Metadata: final.Metadata})
 		if len(ver.Citations) > 0 {
-			a.emit(h, Event{Type: EventCitations, MessageID: final.ID, Citations: ver.Citations})
+			a.emit(h, Event{Type: EventCitations, MessageID: final.ID, Citations: ver.Citations, Metadata: final.Metadata})
 		}
 	}
 	rs.runHooks(RunResult{Run: run, Final: fp})

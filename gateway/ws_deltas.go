@@ -42,6 +42,8 @@ type deltaJoiner struct {
 	after func(d time.Duration, f func()) (stop func() bool)
 	// recover guards the timer goroutine.
 	recover func()
+	// gap is deltaFlushGap; a benchmark sets 0 to route every chunk as it comes (the baseline).
+	gap time.Duration
 
 	mu   sync.Mutex
 	runs map[string]*runDeltas
@@ -61,7 +63,7 @@ type runDeltas struct {
 
 func newDeltaJoiner(out func(agent.Event), now func() time.Time, recover func()) *deltaJoiner {
 	return &deltaJoiner{
-		out: out, now: now, recover: recover,
+		out: out, now: now, recover: recover, gap: deltaFlushGap,
 		after: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop },
 		runs:  make(map[string]*runDeltas),
 	}
@@ -110,7 +112,7 @@ func (j *deltaJoiner) delta(ev agent.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := j.now()
-	due := r.last.IsZero() || now.Sub(r.last) >= deltaFlushGap
+	due := r.last.IsZero() || now.Sub(r.last) >= j.gap
 	if len(r.text) == 0 {
 		if due {
 			// Leading edge: nothing pending and no frame within the gap.
@@ -129,7 +131,7 @@ func (j *deltaJoiner) delta(ev agent.Event) {
 	if r.stop == nil {
 		r.gen++
 		gen := r.gen
-		r.stop = j.after(deltaFlushGap-now.Sub(r.last), func() { j.timerFlush(r, gen) })
+		r.stop = j.after(j.gap-now.Sub(r.last), func() { j.timerFlush(r, gen) })
 	}
 }
 

@@ -39,19 +39,19 @@ func (h *hub) onEvent(ev agent.Event) {
 // other replicas and routes it to this replica's clients.
 func (h *hub) forward(ev agent.Event) {
 	h.s.bus.Publish(ev)
-	h.routeEvent(ev)
+	h.routeEvent(ev, true)
 }
 
 // onRemote routes an event of a run executing on another replica (bus.go). The run's metrics are
 // that replica's, so the tracker does not see it.
 func (h *hub) onRemote(ev agent.Event) {
 	defer h.s.recoverGo("websocket remote event routing")
-	h.routeEvent(ev)
+	h.routeEvent(ev, false)
 }
 
 // routeEvent sends ev to its session owner's clients, through the session's lane when routing
-// needs the store.
-func (h *hub) routeEvent(ev agent.Event) {
+// needs the store. local tells an event of this replica's agent from one of another replica.
+func (h *hub) routeEvent(ev agent.Event, local bool) {
 	// Before the final answer is routed (the lanes run later), so no streaming render follows it;
 	// a run on another replica streams formatted to this replica's clients too.
 	h.live.observe(ev)
@@ -60,11 +60,35 @@ func (h *hub) routeEvent(ev agent.Event) {
 	}
 	owner, known := h.owners.get(ev.SessionID)
 	// The final answer's HTML follows the link rule recorded with the stored answer
-	// (metadata.links), so answer.final and citations always take the lane's store read.
-	if h.lanes.take(ev, !known || isFinal(ev)) {
+	// (metadata.links). The local agent's final events carry the committed record's metadata; any
+	// other final event takes the lane's store read.
+	var rec answerRecord
+	needRecord := isFinal(ev)
+	if needRecord && local {
+		rec, needRecord = h.localAnswer(ev)
+		needRecord = !needRecord
+	}
+	if h.lanes.take(ev, !known || needRecord) {
 		return
 	}
-	h.route(ev, owner, answerRecord{})
+	h.route(ev, owner, rec)
+}
+
+// localAnswer is lookupAnswer for a final event of the local agent, from the metadata it carries
+// (the committed record's) instead of a store read. ok is false when it cannot be built that way
+// (a citations event whose answer.final the tracker did not see).
+func (h *hub) localAnswer(ev agent.Event) (_ answerRecord, ok bool) {
+	content := ev.Content
+	if ev.Type == agent.EventCitations {
+		if content, ok = h.runs.finalContent(ev); !ok {
+			return answerRecord{}, false
+		}
+	}
+	cits := ev.Citations
+	if ev.Type == agent.EventAnswerFinal || cits == nil {
+		cits = citations.FromMetadata(ev.Metadata)
+	}
+	return answerRecord{content: content, allowed: linkAllowList(ev.Metadata, cits), cits: cits}, true
 }
 
 // isFinal reports whether ev carries the final answer's HTML.

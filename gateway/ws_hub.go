@@ -63,6 +63,8 @@ type hub struct {
 	lanes  *lanes
 	live   *liveAnswers // answers being streamed, rendered progressively (ws_progressive.go)
 	deltas *deltaJoiner // joins a local run's answer.delta text before it is routed (ws_deltas.go)
+	// unbatched turns the write pumps' batching off (ws_batch.go), for a benchmark's baseline.
+	unbatched bool
 }
 
 func newHub(s *Server, st wsStore, ag wsAgent, maxConns int) *hub {

@@ -53,7 +53,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return // Upgrade has answered the client already
 	}
 	c.mu.Lock()
-	c.conn, c.batch = conn, hw.conn
+	c.conn = conn
+	if !s.hub.unbatched {
+		c.batch = hw.conn
+	}
 	c.mu.Unlock()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
