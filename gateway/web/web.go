@@ -9,6 +9,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"html/template"
@@ -73,6 +74,19 @@ type asset struct {
 	gz          []byte
 }
 
+// firstScroll runs inline right after a chat the server rendered into the app shell, before the
+// first paint, so the reader sees the chat's end (where a conversation goes on) rather than the
+// oldest message of its newest page. Inline, because a script file there waits for its fetch in
+// the queue behind the deferred ones while it holds the parser; the page's CSP allows exactly this
+// text by its hash (FirstScrollHash), no other inline script.
+const firstScroll = `(function(){var m=document.getElementById('messages');if(m)m.scrollTop=m.scrollHeight;})();`
+
+// firstScrollHash is the CSP source expression that allows firstScroll.
+var firstScrollHash = func() string {
+	sum := sha256.Sum256([]byte(firstScroll))
+	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+}()
+
 var (
 	assets       map[string]asset
 	assetVersion string // short hash of every asset; busts browser caches on upgrade
@@ -92,6 +106,9 @@ func init() {
 			"isUser":   func(role string) bool { return role == "USER" },
 			"shareMsg": func(lang string, m MessageView) shareMsg { return shareMsg{Lang: lang, M: m} },
 			"v":        func() string { return assetVersion },
+			// The inline scroll script and the CSP source that allows it (see firstScroll).
+			"firstScroll":     func() template.JS { return template.JS(firstScroll) }, // #nosec G203 -- a constant
+			"firstScrollHash": func() string { return firstScrollHash },
 		}).ParseFS(files, "templates/*.html")
 	}
 }

@@ -69,7 +69,7 @@ func TestAssets(t *testing.T) {
 // TestScriptsSmall keeps every desktop script small, free of dependencies and of the one sink that
 // could turn streamed model text into markup, and checks that index.html loads each of them.
 func TestScriptsSmall(t *testing.T) {
-	// With a chat rendered in (First), as a reload of /?s=<id> gets it: first.js is loaded then only.
+	// With a chat rendered in (First), as a reload of /?s=<id> gets it.
 	page := renderTo(t, func(b *bytes.Buffer) error {
 		return RenderIndex(b, IndexData{Lang: "zh", First: &FirstPage{SessionID: "s1", Frame: `{"type":"session.history"}`}})
 	})
@@ -94,8 +94,6 @@ func TestScriptsSmall(t *testing.T) {
 		switch name {
 		case "boot.js":
 			mode = ` async` // it only opens the websocket early; see boot.js
-		case "first.js":
-			mode = `` // it must run before the first paint; see first.js
 		}
 		assert.Contains(t, page, `<script src="/assets/`+name+`?v=`+AssetVersion()+`"`+mode+`></script>`, "index.html loads %s", name)
 	}
