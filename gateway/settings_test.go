@@ -159,6 +159,10 @@ func TestUserLanguageWinsOverBrowser(t *testing.T) {
 	assert.Contains(t, body, "New chat")
 	assert.Contains(t, body, `data-choice="en" lang="en" aria-pressed="true"`)
 	assert.Contains(t, body, `data-choice="" aria-pressed="false"`)
+	// A chat opened by its address arrives rendered into the shell: its answers too.
+	_, body = e.get("/?s="+sess.ID, zhBrowser, aliceCk)
+	assert.Contains(t, body, "<summary>Sources 1</summary>")
+	assert.NotContains(t, body, "<summary>来源")
 	_, body = e.get("/", enBrowser, bobCk)
 	assert.Contains(t, body, `<html lang="zh-CN" data-lang="zh">`, "a choice of Chinese wins over an English browser")
 	assert.Contains(t, body, `data-choice="zh" lang="zh-CN" aria-pressed="true"`)
