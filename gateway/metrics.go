@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		deltaLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "citegate_answer_delta_latency_seconds",
-			Help:    "Time from an answer.delta event to its frame being written to a websocket connection.",
+			Help:    "Time from an answer.delta event to its frame being written to a websocket connection (joined text counts from its oldest event).",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
 		}),
 		wsClients: prometheus.NewGauge(prometheus.GaugeOpts{
