@@ -1,12 +1,17 @@
 package dingtalkfake_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/open-dingtalk/dingtalk-stream-sdk-go/chatbot"
 	"github.com/open-dingtalk/dingtalk-stream-sdk-go/client"
+	"github.com/open-dingtalk/dingtalk-stream-sdk-go/payload"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -80,4 +85,73 @@ func TestFakeRejectsBadCredentialsAndReusedTickets(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "InvalidAuthentication")
 	assert.Zero(t, fake.Connections())
+}
+
+// PushBotMessageEach sends one bot message (one msgId, one session webhook) over every live
+// connection, each frame with its own headers.messageId, as a platform's repeated pushes would.
+func TestPushBotMessageEachReachesEveryConnection(t *testing.T) {
+	fake := dingtalkfake.New(dingtalkfake.Options{})
+	defer fake.Close()
+	type frame struct {
+		conn    int
+		msgID   string
+		frameID string
+		webhook string
+	}
+	got := make(chan frame, 8)
+	for i := range 3 {
+		body, _ := json.Marshal(map[string]any{"clientId": "ding-client", "clientSecret": "ding-secret"})
+		resp, err := http.Post(fake.URL+dingtalkfake.PathOpen, "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		var ep payload.ConnectionEndpointResponse
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&ep))
+		resp.Body.Close()
+		c, _, err := websocket.DefaultDialer.Dial(ep.Endpoint+"?ticket="+ep.Ticket, nil)
+		require.NoError(t, err)
+		defer c.Close()
+		go func() {
+			for {
+				_, data, err := c.ReadMessage()
+				if err != nil {
+					return
+				}
+				df, err := payload.DecodeDataFrame(data)
+				if err != nil {
+					continue
+				}
+				var bm chatbot.BotCallbackDataModel
+				_ = json.Unmarshal([]byte(df.Data), &bm)
+				got <- frame{conn: i, msgID: bm.MsgId, frameID: df.GetMessageId(), webhook: bm.SessionWebhook}
+				ack := payload.DataFrameResponse{Code: 200, Headers: payload.DataFrameHeader{payload.DataFrameHeaderKMessageId: df.GetMessageId()}, Message: "OK"}
+				b, _ := json.Marshal(ack)
+				_ = c.WriteMessage(websocket.TextMessage, b)
+			}
+		}()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, fake.WaitConnected(ctx, 3))
+	require.NoError(t, fake.Await(ctx, func() bool { return fake.LiveConnections() == 3 }))
+	sent, ids, err := fake.PushBotMessageEach(dingtalkfake.BotMessage("cid-1", "staff-1", "hello", false))
+	require.NoError(t, err)
+	require.Len(t, ids, 3)
+	conns := map[int]bool{}
+	frames := map[string]bool{}
+	for range 3 {
+		f := <-got
+		conns[f.conn] = true
+		frames[f.frameID] = true
+		assert.Equal(t, sent.MsgId, f.msgID, "one message")
+		assert.Equal(t, sent.SessionWebhook, f.webhook, "one session webhook")
+	}
+	assert.Len(t, conns, 3, "every connection got it")
+	assert.Len(t, frames, 3, "each push has its own frame id")
+	require.NoError(t, fake.Await(ctx, func() bool {
+		for _, id := range ids {
+			if _, ok := fake.AckFor(id); !ok {
+				return false
+			}
+		}
+		return true
+	}))
 }

@@ -2,10 +2,15 @@ package feishufake
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/gorilla/websocket"
+	larkws "github.com/larksuite/oapi-sdk-go/v3/ws"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -84,4 +89,59 @@ func TestFakeDetectsViolations(t *testing.T) {
 	assert.Equal(t, CodeCardAlreadySent, call(t, s, "POST", reply, tok, map[string]string{"msg_type": "interactive", "content": string(ref), "uuid": "r2"}))
 	require.Len(t, s.Replies(), 1)
 	assert.Equal(t, id, s.Replies()[0].CardID())
+}
+
+// PushEach delivers one event over every open long connection, each as a frame of its own, and
+// returns every connection's ack.
+func TestPushEachReachesEveryConnection(t *testing.T) {
+	s := New(Options{})
+	defer s.Close()
+	var ep struct {
+		Data struct {
+			URL string `json:"URL"`
+		} `json:"data"`
+	}
+	resp, err := http.Post(s.URL()+"/callback/ws/endpoint", "application/json", bytes.NewReader([]byte(`{"AppID":"cli_fake","AppSecret":"fake-secret"}`)))
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ep))
+	resp.Body.Close()
+	got := make(chan string, 8)
+	for i := range 3 {
+		c, _, err := websocket.DefaultDialer.Dial(ep.Data.URL, nil)
+		require.NoError(t, err)
+		defer c.Close()
+		go func() {
+			for {
+				_, data, err := c.ReadMessage()
+				if err != nil {
+					return
+				}
+				var f larkws.Frame
+				if f.Unmarshal(data) != nil {
+					continue
+				}
+				got <- fmt.Sprintf("%d:%s", i, f.Payload)
+				f.Payload = []byte(`{"code":200}`)
+				b, _ := f.Marshal()
+				_ = c.WriteMessage(websocket.BinaryMessage, b)
+			}
+		}()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitConnected(ctx, 3))
+	acks, err := s.PushEach(ctx, []byte(`{"event":1}`))
+	require.NoError(t, err)
+	require.Len(t, acks, 3)
+	ids := map[string]bool{}
+	for _, a := range acks {
+		assert.Equal(t, 200, a.Code)
+		ids[a.FrameMessageID] = true
+	}
+	assert.Len(t, ids, 3, "each push is a frame of its own")
+	var deliveries []string
+	for range 3 {
+		deliveries = append(deliveries, <-got)
+	}
+	assert.ElementsMatch(t, []string{`0:{"event":1}`, `1:{"event":1}`, `2:{"event":1}`}, deliveries)
 }
