@@ -17,9 +17,11 @@ import (
 // and the meta page. This costs no durability: the freelist is derived data (every page that no
 // committed tree reaches), and Open after a crash (or after any close, since the freelist was
 // never written) rebuilds it by walking the trees from the last valid meta page, which is exactly
-// as durable as the data itself. What it costs is time at Open: a walk of every page of the file,
-// proportional to its size (not measured yet for large files). etcd runs bbolt with the same two
-// settings.
+// as durable as the data itself. What it costs is time at Open, a walk of every page of the file:
+// 0.9 s for a 307 MB file on the development machine (10 ms when the freelist was synced), so about
+// 3 s per GB for `serve` and for admin commands that open the file while no server runs. etcd runs
+// bbolt with the same two settings; a deployment whose file grows past a few GB belongs on
+// PostgreSQL anyway.
 //
 // A file written with these settings opens with bbolt's defaults too: the meta page says the
 // freelist is not synced and bbolt rebuilds it (and writes it again on the first commit).
