@@ -84,9 +84,6 @@ func (s *Server) messagePages(ctx context.Context, sessionID string, last uint64
 	}
 }
 
-// noMorePages ends a stream whose messages were all in its first page.
-func noMorePages() ([]store.Message, error) { return nil, nil }
-
 // ownerLine is the owner's export of m: the whole stored record (data: URIs in metadata scrubbed).
 func ownerLine(m store.Message) (exportLine, bool) {
 	return exportLine{
