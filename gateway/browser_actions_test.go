@@ -114,7 +114,7 @@ func TestBrowserMessageActions(t *testing.T) {
 		waitJS(t, tb, 30*time.Second, `(() => { const b = document.querySelector('#messages .msg.assistant .vote.up'); return b && b.getAttribute('aria-pressed') === 'true'; })()`, "vote shown after reload")
 		click(t, tb, `#messages .msg.assistant .msg-actions .vote.down`)
 		waitJS(t, tb, 10*time.Second, `document.querySelector('#messages .msg.assistant .vote.down').getAttribute('aria-pressed') === 'true' && document.querySelector('#messages .msg.assistant .vote.up').getAttribute('aria-pressed') === 'false'`, "vote switched")
-		tb.do(t, 5*time.Second, chromedp.KeyEvent("\x1b")) // the comment field closes with Escape
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\x1b")) // the comment field closes with Escape
 	})
 
 	t.Run("regenerate", func(t *testing.T) {
@@ -223,8 +223,8 @@ func TestBrowserChats(t *testing.T) {
 		waitJS(t, tb, 30*time.Second, `citegate.state.current === `+jsString(expense)+` && document.activeElement && document.activeElement.matches('.msg.user') && document.activeElement.textContent.includes('差旅发票')`, "the result opens its chat at the message")
 		tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#chat-search"), "没有这样的内容"), chromedp.SendKeys(chromedp.CSS("#chat-search"), " "))
 		waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#search-results li').length === 0 && !document.querySelector('.search-note').hidden`, "no results is said")
-		tb.do(t, 5*time.Second, chromedp.Focus(chromedp.CSS("#chat-search")), chromedp.KeyEvent("\x1b"))
-		waitJS(t, tb, 5*time.Second, `!document.getElementById('sessions').hidden && document.getElementById('search-results').hidden`, "Escape brings the list back")
+		tb.do(t, 15*time.Second, chromedp.Focus(chromedp.CSS("#chat-search")), chromedp.KeyEvent("\x1b"))
+		waitJS(t, tb, 15*time.Second, `!document.getElementById('sessions').hidden && document.getElementById('search-results').hidden`, "Escape brings the list back")
 	})
 
 	t.Run("search reaches older pages", func(t *testing.T) {
@@ -245,7 +245,7 @@ func TestBrowserChats(t *testing.T) {
 		waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#search-results a.snippet').length === 1`, "the old message is found")
 		click(t, tb, `#search-results a.snippet`)
 		waitJS(t, tb, 60*time.Second, `!!document.getElementById('msg-`+itoa(first.ID)+`') && document.activeElement === document.getElementById('msg-`+itoa(first.ID)+`')`, "earlier pages load until the match is on the page")
-		tb.do(t, 5*time.Second, chromedp.Focus(chromedp.CSS("#chat-search")), chromedp.KeyEvent("\x1b"))
+		tb.do(t, 15*time.Second, chromedp.Focus(chromedp.CSS("#chat-search")), chromedp.KeyEvent("\x1b"))
 		tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+expense))
 		waitConnected(t, tb)
 	})
@@ -256,7 +256,7 @@ func TestBrowserChats(t *testing.T) {
 		waitJS(t, tb, 30*time.Second, `window.citegate.state.current === `+jsString(expense)+` && document.querySelectorAll('#messages .msg').length > 0 && !document.querySelector('#messages p.empty')`, "the chat is open")
 		click(t, tb, `.chat-menu summary`)
 		click(t, tb, `.chat-menu .rename`)
-		waitJS(t, tb, 5*time.Second, `document.activeElement && document.activeElement.matches('#rename-form input')`, "title field focused")
+		waitJS(t, tb, 15*time.Second, `document.activeElement && document.activeElement.matches('#rename-form input')`, "title field focused")
 		tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#rename-form input"), "差旅报销"), chromedp.SendKeys(chromedp.CSS("#rename-form input"), "\r"))
 		waitJS(t, tb, 10*time.Second, `document.getElementById('chat-title').textContent === '差旅报销' && [...document.querySelectorAll('#sessions a')].some((a) => a.textContent === '差旅报销')`, "renamed everywhere")
 		s, err := stack.Store.GetSession(ctx, expense)
@@ -279,15 +279,15 @@ func TestBrowserChats(t *testing.T) {
 		assert.Contains(t, text, "年假天数按工龄计算¹；申请需提前三天在系统提交²")
 		assert.Contains(t, text, "**来源**")
 		assert.NotContains(t, text, "[^")
-		tb.do(t, 5*time.Second, chromedp.KeyEvent("\x1b"))
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\x1b"))
 	})
 
 	eachLayout(t, tb, func(t *testing.T, l layout) {
 		click(t, tb, `.chat-menu summary`)
-		waitJS(t, tb, 5*time.Second, `(() => { const r = document.querySelector('.chat-menu-body').getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= innerWidth + 1; })()`, "the menu fits the screen at "+l.Name)
+		waitJS(t, tb, 15*time.Second, `(() => { const r = document.querySelector('.chat-menu-body').getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= innerWidth + 1; })()`, "the menu fits the screen at "+l.Name)
 		auditA11y(t, tb, "chat menu "+l.Name)
 		shot(t, tb, "chat-menu-"+l.Name)
-		tb.do(t, 5*time.Second, chromedp.KeyEvent("\x1b"))
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\x1b"))
 	})
 
 	t.Run("delete", func(t *testing.T) {
@@ -295,7 +295,7 @@ func TestBrowserChats(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		click(t, tb, `.chat-menu summary`)
 		click(t, tb, `.chat-menu .delete`)
-		waitJS(t, tb, 5*time.Second, `!document.querySelector('.delete-confirm').hidden && document.activeElement && document.activeElement.matches('.delete-no')`, "confirmation asked, Cancel focused")
+		waitJS(t, tb, 15*time.Second, `!document.querySelector('.delete-confirm').hidden && document.activeElement && document.activeElement.matches('.delete-no')`, "confirmation asked, Cancel focused")
 		click(t, tb, `.delete-confirm .delete-yes`)
 		waitJS(t, tb, 10*time.Second, `citegate.state.current === null && ![...document.querySelectorAll('#sessions a')].some((a) => a.dataset.id === `+jsString(expense)+`)`, "the chat is gone from the page")
 		_, err := stack.Store.GetSession(ctx, expense)

@@ -206,7 +206,7 @@ func tabThrough(t *testing.T, tb *tab, max int) []focusStop {
 	evalJS[bool](t, tb, `(document.activeElement && document.activeElement.blur(), window.scrollTo(0, 0), true)`)
 	var stops []focusStop
 	for range max {
-		tb.do(t, 5*time.Second, chromedp.KeyEvent("\t"))
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\t"))
 		raw := evalJS[[]byte](t, tb, `(() => {
 			const e = document.activeElement;
 			if (!e || e === document.body) return {desc: 'body', visible: false, onPage: false};

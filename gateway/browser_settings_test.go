@@ -27,7 +27,7 @@ func TestBrowserLanguageSwitch(t *testing.T) {
 	openChat := func(t *testing.T, tb *tab) {
 		t.Helper()
 		waitJS(t, tb, 15*time.Second, `!!document.querySelector('#sessions a[data-id="`+chat+`"]')`, "chat list loads")
-		tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS(`#sessions a[data-id="`+chat+`"]`)))
+		tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS(`#sessions a[data-id="`+chat+`"]`)))
 		waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#messages .msg').length === 2`, "chat opens")
 	}
 	openChat(t, tb)
@@ -62,9 +62,9 @@ func TestBrowserLanguageSwitch(t *testing.T) {
 		loaded(t, tb, "zh")
 		assert.Equal(t, "", evalJS[string](t, tb, `document.querySelector('.lang-opt[aria-pressed="true"]').dataset.choice`), "follow the browser is pressed")
 		if l.Mobile {
-			waitJS(t, tb, 5*time.Second, drawerHidden, "drawer starts closed")
-			tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
-			waitJS(t, tb, 5*time.Second, drawerShown, "drawer opens")
+			waitJS(t, tb, 15*time.Second, drawerHidden, "drawer starts closed")
+			tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
+			waitJS(t, tb, 15*time.Second, drawerShown, "drawer opens")
 		}
 		require.True(t, evalJS[bool](t, tb, `Array.from(document.querySelectorAll('.lang-opt')).every((b) => b.getBoundingClientRect().width > 0 && b.getBoundingClientRect().height >= 24)`),
 			"the switcher shows, each button at least 24 px tall")
@@ -78,7 +78,7 @@ func TestBrowserLanguageSwitch(t *testing.T) {
 		if l.Mobile {
 			// The drawer keeps focus inside it; walk it from its first control.
 			for range 20 {
-				tb.do(t, 5*time.Second, chromedp.KeyEvent("\t"))
+				tb.do(t, 15*time.Second, chromedp.KeyEvent("\t"))
 				if evalJS[bool](t, tb, `document.activeElement.matches('.lang-opt[data-choice="en"]')`) {
 					break
 				}
@@ -91,14 +91,14 @@ func TestBrowserLanguageSwitch(t *testing.T) {
 			evalJS[bool](t, tb, `(document.querySelector('.lang-opt[data-choice="en"]').focus(), true)`)
 		}
 		evalJS[bool](t, tb, `(document.getElementById('input').value = '草稿 draft', window.__before = true, true)`)
-		tb.do(t, 5*time.Second, chromedp.KeyEvent("\r"))
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\r"))
 		loaded(t, tb, "en")
 		englishEverywhere(t, tb)
 		assert.Equal(t, "草稿 draft", evalJS[string](t, tb, `document.getElementById('input').value`), "the draft survives the switch")
 		assert.Equal(t, chat, evalJS[string](t, tb, `new URLSearchParams(location.search).get('s')`), "the open chat stays open (its address, ?s=)")
-		waitJS(t, tb, 5*time.Second, `document.activeElement.matches('.lang-opt[data-choice="en"]')`, "focus returns to the switcher")
+		waitJS(t, tb, 15*time.Second, `document.activeElement.matches('.lang-opt[data-choice="en"]')`, "focus returns to the switcher")
 		if l.Mobile {
-			waitJS(t, tb, 5*time.Second, drawerShown, "on a phone the drawer is open again around it")
+			waitJS(t, tb, 15*time.Second, drawerShown, "on a phone the drawer is open again around it")
 		}
 		u, err := stack.Store.GetUser(context.Background(), stack.User.ID)
 		require.NoError(t, err)
@@ -111,8 +111,8 @@ func TestBrowserLanguageSwitch(t *testing.T) {
 			shot(t, tb, "language-phone-drawer-en-dark")
 		}
 		if l.Mobile {
-			tb.do(t, 5*time.Second, chromedp.KeyEvent(kb.Escape))
-			waitJS(t, tb, 5*time.Second, drawerHidden, "Esc closes the drawer")
+			tb.do(t, 15*time.Second, chromedp.KeyEvent(kb.Escape))
+			waitJS(t, tb, 15*time.Second, drawerHidden, "Esc closes the drawer")
 		}
 
 		// A plain reload stays English.
@@ -132,7 +132,7 @@ func TestBrowserLanguageSwitch(t *testing.T) {
 	// The first tab switches back to Chinese with the mouse; the other, idle, follows at once.
 	evalJS[bool](t, other, `(window.__before = true, true)`)
 	evalJS[bool](t, tb, `(window.__before = true, true)`)
-	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS(`.lang-opt[data-choice="zh"]`)))
+	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS(`.lang-opt[data-choice="zh"]`)))
 	loaded(t, tb, "zh")
 	loaded(t, other, "zh")
 	for _, p := range []*tab{tb, other} {

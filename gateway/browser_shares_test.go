@@ -74,8 +74,8 @@ func TestBrowserSharedLinks(t *testing.T) {
 	}
 	closeView := func(t *testing.T) {
 		t.Helper()
-		tb.do(t, 5*time.Second, chromedp.KeyEvent("\x1b"))
-		waitJS(t, tb, 5*time.Second, `!document.getElementById('shares-view').open`, "view closes on Esc")
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\x1b"))
+		waitJS(t, tb, 15*time.Second, `!document.getElementById('shares-view').open`, "view closes on Esc")
 	}
 
 	eachLayout(t, tb, func(t *testing.T, l layout) {
@@ -112,9 +112,9 @@ func TestBrowserSharedLinks(t *testing.T) {
 		closeView(t)
 		// The dialog's close event (which puts focus back) is dispatched after close() returns.
 		if l.Mobile {
-			waitJS(t, tb, 5*time.Second, `document.activeElement.id === 'menu-btn'`, "focus returns to the menu button")
+			waitJS(t, tb, 15*time.Second, `document.activeElement.id === 'menu-btn'`, "focus returns to the menu button")
 		} else {
-			waitJS(t, tb, 5*time.Second, `document.activeElement.id === 'shares-btn'`, "focus returns to the opener")
+			waitJS(t, tb, 15*time.Second, `document.activeElement.id === 'shares-btn'`, "focus returns to the opener")
 		}
 	})
 
@@ -122,7 +122,7 @@ func TestBrowserSharedLinks(t *testing.T) {
 	openView(t, desktopLight)
 	item := `#share-list li[data-id="` + a.ID + `"]`
 	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke")))
-	waitJS(t, tb, 5*time.Second, `!document.querySelector('`+item+` .share-confirm').hidden`, "confirmation shows")
+	waitJS(t, tb, 15*time.Second, `!document.querySelector('`+item+` .share-confirm').hidden`, "confirmation shows")
 	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('`+item+` .share-confirm').innerText`), "确定撤销吗")
 	auditA11y(t, tb, "revoke confirmation")
 	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke-no")))
@@ -170,7 +170,7 @@ func TestBrowserExistingLinkOffer(t *testing.T) {
 	assert.Equal(t, first.URL, evalJS[string](t, tb, `document.getElementById('share-url').value`), "the existing link, not a new one")
 	assert.Contains(t, evalJS[string](t, tb, `document.getElementById('share-info').textContent`), "此链接包含 4 条消息")
 	assert.True(t, evalJS[bool](t, tb, `document.getElementById('share-offer').hidden`))
-	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#share-close")))
+	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#share-close")))
 
 	// The chat grows.
 	for _, m := range []store.Message{{Role: store.RoleUser, Content: "后来的追问XYZ"}, {Role: store.RoleAssistant, Content: "后来的回答"}} {
@@ -180,7 +180,7 @@ func TestBrowserExistingLinkOffer(t *testing.T) {
 	}
 	eachLayout(t, tb, func(t *testing.T, l layout) {
 		clickShare()
-		waitJS(t, tb, 5*time.Second, `!document.getElementById('share-offer').hidden`, "the offer shows")
+		waitJS(t, tb, 15*time.Second, `!document.getElementById('share-offer').hidden`, "the offer shows")
 		offer := evalJS[string](t, tb, `document.getElementById('share-offer').innerText`)
 		assert.Contains(t, offer, "更新链接，包含新消息")
 		assert.Contains(t, offer, "保持原样")
@@ -192,9 +192,9 @@ func TestBrowserExistingLinkOffer(t *testing.T) {
 			screenshot(t, tb, "share-offer-"+l.Name)
 		}
 		// Keep: nothing changes.
-		tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#share-offer button.share-keep")))
-		waitJS(t, tb, 5*time.Second, `document.getElementById('share-offer').hidden`, "keep closes the offer")
-		tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#share-close")))
+		tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#share-offer button.share-keep")))
+		waitJS(t, tb, 15*time.Second, `document.getElementById('share-offer').hidden`, "keep closes the offer")
+		tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#share-close")))
 	})
 	list := listShared(t, stack)
 	require.Len(t, list, 1)
@@ -202,7 +202,7 @@ func TestBrowserExistingLinkOffer(t *testing.T) {
 
 	// Update: the same link now covers the newer messages.
 	clickShare()
-	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#share-offer button.share-update")))
+	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#share-offer button.share-update")))
 	waitJS(t, tb, 10*time.Second, `document.getElementById('share-offer').hidden && document.getElementById('share-info').textContent.includes('链接已更新')`, "updated")
 	assert.Contains(t, evalJS[string](t, tb, `document.getElementById('share-info').textContent`), "6 条消息")
 	assert.Equal(t, first.URL, evalJS[string](t, tb, `document.getElementById('share-url').value`), "the same link")
@@ -216,7 +216,7 @@ func TestBrowserExistingLinkOffer(t *testing.T) {
 	res.Body.Close()
 	assert.True(t, strings.Contains(string(page), "后来的追问XYZ"), "the link shows the newer messages")
 	// Again: nothing newer now, so no offer.
-	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#share-close")))
+	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#share-close")))
 	clickShare()
 	assert.True(t, evalJS[bool](t, tb, `document.getElementById('share-offer').hidden`))
 }

@@ -56,10 +56,10 @@ func TestBrowserPhoneDrawer(t *testing.T) {
 	for _, l := range []layout{phoneLight, phoneDark} {
 		t.Run(l.Name, func(t *testing.T) {
 			tb.setLayout(t, l)
-			waitJS(t, tb, 5*time.Second, drawerHidden, "drawer starts closed")
+			waitJS(t, tb, 15*time.Second, drawerHidden, "drawer starts closed")
 			require.True(t, evalJS[bool](t, tb, `getComputedStyle(document.getElementById('menu-btn')).display !== 'none'`), "☰ shows")
-			tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
-			waitJS(t, tb, 5*time.Second, drawerShown, "drawer opens")
+			tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
+			waitJS(t, tb, 15*time.Second, drawerShown, "drawer opens")
 			assert.Equal(t, "true", evalJS[string](t, tb, `document.getElementById('menu-btn').getAttribute('aria-expanded')`))
 			assert.True(t, evalJS[bool](t, tb, `document.getElementById('sidebar').contains(document.activeElement)`), "focus moves into the drawer")
 			assert.True(t, evalJS[bool](t, tb, `document.querySelector('.me-name').getBoundingClientRect().width > 0 && document.querySelector('.me form button').getBoundingClientRect().width > 0`), "user name and sign-out are reachable")
@@ -67,9 +67,9 @@ func TestBrowserPhoneDrawer(t *testing.T) {
 			for i := range 12 {
 				key := "\t"
 				if i%5 == 4 {
-					tb.do(t, 5*time.Second, chromedp.KeyEvent(key, chromedp.KeyModifiers(chromedp.ModifierShift)))
+					tb.do(t, 15*time.Second, chromedp.KeyEvent(key, chromedp.KeyModifiers(chromedp.ModifierShift)))
 				} else {
-					tb.do(t, 5*time.Second, chromedp.KeyEvent(key))
+					tb.do(t, 15*time.Second, chromedp.KeyEvent(key))
 				}
 				require.True(t, evalJS[bool](t, tb, `document.getElementById('sidebar').contains(document.activeElement)`), "focus stays in the drawer after Tab %d", i+1)
 			}
@@ -77,33 +77,33 @@ func TestBrowserPhoneDrawer(t *testing.T) {
 			if !l.Dark {
 				shot(t, tb, "phone-drawer")
 			}
-			tb.do(t, 5*time.Second, chromedp.KeyEvent(kb.Escape))
-			waitJS(t, tb, 5*time.Second, drawerHidden, "Esc closes the drawer")
+			tb.do(t, 15*time.Second, chromedp.KeyEvent(kb.Escape))
+			waitJS(t, tb, 15*time.Second, drawerHidden, "Esc closes the drawer")
 			assert.Equal(t, "menu-btn", evalJS[string](t, tb, `document.activeElement.id`), "focus returns to ☰")
 
 			// The backdrop closes it too.
-			tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
-			waitJS(t, tb, 5*time.Second, drawerShown, "drawer opens again")
-			tb.do(t, 5*time.Second, chromedp.MouseClickXY(360, 400))
-			waitJS(t, tb, 5*time.Second, drawerHidden, "backdrop closes the drawer")
+			tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
+			waitJS(t, tb, 15*time.Second, drawerShown, "drawer opens again")
+			tb.do(t, 15*time.Second, chromedp.MouseClickXY(360, 400))
+			waitJS(t, tb, 15*time.Second, drawerHidden, "backdrop closes the drawer")
 
 			// Picking a chat opens it and closes the drawer.
-			tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
-			waitJS(t, tb, 5*time.Second, drawerShown, "drawer opens to pick a chat")
-			tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS(`#sessions a[data-id="`+first+`"]`)))
+			tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
+			waitJS(t, tb, 15*time.Second, drawerShown, "drawer opens to pick a chat")
+			tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS(`#sessions a[data-id="`+first+`"]`)))
 			waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#messages .msg').length === 4 && `+drawerHidden, "chat opens, drawer closes")
 			auditA11y(t, tb, "chat "+l.Name)
 			if !l.Dark {
 				shot(t, tb, "phone-chat")
 			}
-			tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
-			waitJS(t, tb, 5*time.Second, drawerShown, "drawer opens for the second chat")
-			tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS(`#sessions a[data-id="`+second+`"]`)))
+			tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
+			waitJS(t, tb, 15*time.Second, drawerShown, "drawer opens for the second chat")
+			tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS(`#sessions a[data-id="`+second+`"]`)))
 			waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#messages .msg').length === 2`, "second chat opens")
 		})
 	}
 	tb.setLayout(t, desktopLight)
-	waitJS(t, tb, 5*time.Second, drawerShown+` && getComputedStyle(document.getElementById('menu-btn')).display === 'none'`, "desktop shows the sidebar without ☰")
+	waitJS(t, tb, 15*time.Second, drawerShown+` && getComputedStyle(document.getElementById('menu-btn')).display === 'none'`, "desktop shows the sidebar without ☰")
 	requireReachable(t, tabThrough(t, tb, 40), "#new-chat", "a.active", "button.link", "#input", "#share-btn")
 }
 
@@ -121,7 +121,7 @@ func TestBrowserReconnectAndRateLimit(t *testing.T) {
 	evalJS[bool](t, tb, drop)
 	waitJS(t, tb, 10*time.Second, `!document.getElementById('conn-retry').hidden && /\d+ 秒后重连/.test(document.getElementById('conn').textContent)`, "countdown and retry-now show")
 	auditA11y(t, tb, "disconnected")
-	tb.do(t, 5*time.Second, chromedp.Click(chromedp.CSS("#conn-retry")))
+	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#conn-retry")))
 	waitConnected(t, tb)
 	assert.True(t, evalJS[bool](t, tb, `document.getElementById('conn-retry').hidden`))
 	evalJS[bool](t, tb, drop)

@@ -73,7 +73,7 @@ func TestBrowserSources(t *testing.T) {
 		assert.Equal(t, true, card["inView"], "the card fits the screen")
 		auditA11y(t, tb, "source card "+l.Name)
 		shot(t, tb, "source-card-"+l.Name)
-		tb.do(t, 5*time.Second, chromedp.KeyEvent("\x1b"))
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\x1b"))
 		waitJS(t, tb, 10*time.Second, `document.getElementById('src-card').hidden && !document.activeElement.hasAttribute('aria-describedby')`, "Esc closes the card")
 
 	})
@@ -81,7 +81,7 @@ func TestBrowserSources(t *testing.T) {
 
 	// Hover with the mouse shows the card too.
 	pos := evalJS[map[string]float64](t, tb, `(() => { const r = document.querySelectorAll('#messages sup.cite-ref a')[1].getBoundingClientRect(); return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()`)
-	tb.do(t, 5*time.Second, chromedp.MouseEvent("mouseMoved", pos["x"], pos["y"]))
+	tb.do(t, 15*time.Second, chromedp.MouseEvent("mouseMoved", pos["x"], pos["y"]))
 	waitJS(t, tb, 10*time.Second, `!document.getElementById('src-card').hidden && document.querySelector('#src-card .src-card-title').textContent === '费用报销'`, "card opens on hover")
 }
 
@@ -126,6 +126,6 @@ func TestBrowserToolLinesAfterReopen(t *testing.T) {
 		auditA11y(t, tb, "excerpt "+l.Name)
 		shot(t, tb, "excerpt-"+l.Name)
 		evalJS[bool](t, tb, `(document.getElementById('excerpt-close').click(), true)`)
-		waitJS(t, tb, 5*time.Second, `document.getElementById('excerpt').hidden && !document.body.classList.contains('excerpt-open')`, "panel closes")
+		waitJS(t, tb, 15*time.Second, `document.getElementById('excerpt').hidden && !document.body.classList.contains('excerpt-open')`, "panel closes")
 	})
 }
