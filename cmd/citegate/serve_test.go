@@ -65,7 +65,7 @@ func TestServeWholeBinary(t *testing.T) {
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 15*time.Second, 50*time.Millisecond, "server did not come up: %s", stderr.String())
+	}, 60*time.Second, 50*time.Millisecond, "server did not come up: %s", stderr.String())
 	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), base+"/login?code=") }, 30*time.Second, 20*time.Millisecond,
 		"a loopback server with no users prints a ready login link; stdout: %s", stdout.String())
 
@@ -86,7 +86,7 @@ func TestServeWholeBinary(t *testing.T) {
 	require.Eventually(t, func() bool {
 		rs, err := client.SendText(ctx, "openid-1", "电子发票抬头写错了怎么办？", 900001, wechatfake.Delivery{})
 		return err == nil && len(rs) > 0 && rs[0].Status == http.StatusOK
-	}, 10*time.Second, 100*time.Millisecond, "the webhook answers once the channel has started")
+	}, 60*time.Second, 100*time.Millisecond, "the webhook answers once the channel has started")
 	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
 	defer wcancel()
 	msgs, err := api.WaitMessages(wctx, 1)
