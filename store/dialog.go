@@ -106,36 +106,15 @@ func (s *Store) ListDialogLinesBefore(ctx context.Context, sessionID string, bef
 	}
 	out := []DialogLine{}
 	err := s.view(ctx, op, func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketSessions).Get([]byte(sessionID)) == nil {
-			return fmt.Errorf("session %q: %w", sessionID, ErrNotFound)
-		}
-		p := prefixKey(sessionID, nil)
-		c := tx.Bucket(bucketSessionDialog).Cursor()
-		var k, v []byte
-		if beforeID == 0 {
-			// "<prefix>\x01" sorts right after every "<prefix>\x00…" key.
-			k, v = c.Seek(append([]byte(sessionID), 1))
-		} else {
-			k, v = c.Seek(prefixKey(sessionID, u64(beforeID)))
-		}
-		if k == nil {
-			k, v = c.Last()
-		} else {
-			k, v = c.Prev()
-		}
-		for ; k != nil && bytes.HasPrefix(k, p) && len(out) < limit; k, v = c.Prev() {
-			suffix := k[len(p):]
-			if len(suffix) != 8 {
-				return fmt.Errorf("corrupt dialog key for session %q", sessionID)
-			}
+		return walkBack(tx, bucketSessionDialog, sessionID, beforeID, "dialog", func(suffix, v []byte) (bool, error) {
 			id := binary.BigEndian.Uint64(suffix)
 			l, err := decodeDialogLine(id, v)
 			if err != nil {
-				return fmt.Errorf("message %d: %w", id, err)
+				return false, fmt.Errorf("message %d: %w", id, err)
 			}
 			out = append(out, l)
-		}
-		return nil
+			return len(out) < limit, nil
+		})
 	})
 	if err != nil {
 		return nil, err

@@ -245,48 +245,61 @@ func (s *Store) listBefore(ctx context.Context, op, sessionID string, beforeID u
 	}
 	out := []Message{}
 	err := s.view(ctx, op, func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketSessions).Get([]byte(sessionID)) == nil {
-			return fmt.Errorf("session %q: %w", sessionID, ErrNotFound)
-		}
 		msgs := tx.Bucket(bucketMessages)
-		p := prefixKey(sessionID, nil)
-		c := tx.Bucket(bucketSessionMessages).Cursor()
-		var k, v []byte
-		if beforeID == 0 {
-			// "<prefix>\x01" sorts right after every "<prefix>\x00…" key.
-			k, v = c.Seek(append([]byte(sessionID), 1))
-		} else {
-			k, v = c.Seek(prefixKey(sessionID, u64(beforeID)))
-		}
-		if k == nil {
-			k, v = c.Last()
-		} else {
-			k, v = c.Prev()
-		}
-		for ; k != nil && bytes.HasPrefix(k, p) && len(out) < limit; k, v = c.Prev() {
-			suffix := k[len(p):]
-			if len(suffix) != 8 {
-				return fmt.Errorf("corrupt message index key for session %q", sessionID)
-			}
+		return walkBack(tx, bucketSessionMessages, sessionID, beforeID, "message index", func(suffix, v []byte) (bool, error) {
 			if keep != nil && len(v) == 1 && !keep(v[0]) {
-				continue
+				return true, nil
 			}
 			var m Message
 			if err := getJSON(msgs, suffix, "message", &m); err != nil {
-				return err
+				return false, err
 			}
 			if keep != nil && len(v) != 1 && !keep(kindOf(m)) {
-				continue
+				return true, nil
 			}
 			out = append(out, m)
-		}
-		return nil
+			return len(out) < limit, nil
+		})
 	})
 	if err != nil {
 		return nil, err
 	}
 	slices.Reverse(out)
 	return out, nil
+}
+
+// walkBack visits, newest first, the entries of a session's index bucket (keys sessionID\x00 +
+// big-endian message id) with ids below beforeID (0: no bound), until visit returns false or an
+// error. An unknown session is ErrNotFound; what names the index in a corrupt-key error.
+func walkBack(tx *bolt.Tx, index []byte, sessionID string, beforeID uint64, what string, visit func(suffix, v []byte) (bool, error)) error {
+	if tx.Bucket(bucketSessions).Get([]byte(sessionID)) == nil {
+		return fmt.Errorf("session %q: %w", sessionID, ErrNotFound)
+	}
+	p := prefixKey(sessionID, nil)
+	c := tx.Bucket(index).Cursor()
+	var k, v []byte
+	if beforeID == 0 {
+		// "<prefix>\x01" sorts right after every "<prefix>\x00…" key.
+		k, v = c.Seek(append([]byte(sessionID), 1))
+	} else {
+		k, v = c.Seek(prefixKey(sessionID, u64(beforeID)))
+	}
+	if k == nil {
+		k, v = c.Last()
+	} else {
+		k, v = c.Prev()
+	}
+	for ; k != nil && bytes.HasPrefix(k, p); k, v = c.Prev() {
+		suffix := k[len(p):]
+		if len(suffix) != 8 {
+			return fmt.Errorf("corrupt %s key for session %q", what, sessionID)
+		}
+		more, err := visit(suffix, v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // readIndexed appends to out, in ascending id order, the messages an index bucket lists under

@@ -287,6 +287,13 @@ func pgListBeforeSQL(dialog bool) string {
 }
 
 func (p *PG) listBefore(ctx context.Context, op, sessionID string, beforeID uint64, limit int, dialog bool) ([]Message, error) {
+	return pgPageBefore(ctx, p, op, pgListBeforeSQL(dialog), sessionID, beforeID, limit, scanMessage)
+}
+
+// pgPageBefore runs a backward page query ($1 session, $2 exclusive upper id bound, $3 limit,
+// newest first) and returns its rows in ascending id order. limit ≤ 0 is ErrInvalid; an empty page
+// of an unknown session is ErrNotFound.
+func pgPageBefore[T any](ctx context.Context, p *PG, op, sql, sessionID string, beforeID uint64, limit int, scan func(pgx.Row) (T, error)) ([]T, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("store: %s: %w: limit must be positive", op, ErrInvalid)
 	}
@@ -294,14 +301,13 @@ func (p *PG) listBefore(ctx context.Context, op, sessionID string, beforeID uint
 	if beforeID != 0 {
 		before = i64(beforeID)
 	}
-	sql := pgListBeforeSQL(dialog)
-	out := []Message{}
+	out := []T{}
 	err := p.q(ctx, op, func(q pgq) error {
 		rows, err := q.Query(ctx, sql, sessionID, before, limit)
 		if err != nil {
 			return err
 		}
-		if out, err = collect(rows, out, scanMessage); err != nil {
+		if out, err = collect(rows, out, scan); err != nil {
 			return err
 		}
 		if len(out) == 0 {

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -154,33 +153,7 @@ const pgDialogLinesSQL = `SELECT id, run_id, role, content, interrupted FROM mes
 // ListDialogLinesBefore returns the dialog lines of a session's newest USER messages and
 // ASSISTANT answers below beforeID (see Store.ListDialogLinesBefore).
 func (p *PG) ListDialogLinesBefore(ctx context.Context, sessionID string, beforeID uint64, limit int) ([]DialogLine, error) {
-	const op = "list dialog lines before"
-	if limit <= 0 {
-		return nil, fmt.Errorf("store: %s: %w: limit must be positive", op, ErrInvalid)
-	}
-	before := int64(math.MaxInt64)
-	if beforeID != 0 {
-		before = i64(beforeID)
-	}
-	out := []DialogLine{}
-	err := p.q(ctx, op, func(q pgq) error {
-		rows, err := q.Query(ctx, pgDialogLinesSQL, sessionID, before, limit)
-		if err != nil {
-			return err
-		}
-		if out, err = collect(rows, out, scanDialogLine); err != nil {
-			return err
-		}
-		if len(out) == 0 {
-			return sessionExists(ctx, q, sessionID)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	slices.Reverse(out)
-	return out, nil
+	return pgPageBefore(ctx, p, "list dialog lines before", pgDialogLinesSQL, sessionID, beforeID, limit, scanDialogLine)
 }
 
 func scanDialogLine(row pgx.Row) (DialogLine, error) {
