@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -177,19 +176,4 @@ func (h *hub) anyClients() bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.count > 0
-}
-
-func (h *hub) toUser(userID string, f *wsFrame) {
-	cs := h.clientsOf(userID)
-	if len(cs) == 0 {
-		return
-	}
-	data, err := json.Marshal(f)
-	if err != nil {
-		h.s.log.Error("encode websocket frame", "type", f.Type, "err", err)
-		return
-	}
-	for _, c := range cs {
-		c.enqueue(outFrame{data: data})
-	}
 }
