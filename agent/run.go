@@ -267,8 +267,8 @@ func (rs *runState) callTool(c store.ToolCall) toolOutcome {
 	if args == "" {
 		args = "{}"
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(args), &obj); err != nil || obj == nil {
+	// What decoding into a map accepts (a non-nil map), without building the map.
+	if !isJSONObject([]byte(args)) {
 		return toolOutcome{content: errorJSON(txt.badArguments(c.Name))}
 	}
 
@@ -539,8 +539,18 @@ func errorJSON(msg string) string {
 }
 
 // hasErrorKey reports whether content is a JSON object with a top-level "error" key, the failure
-// shape of DESIGN §4.
+// shape of DESIGN §4. A key "error" is written either plainly or with a \u escape for one of its
+// letters (e, r, o: \u0065, \u0072, \u006f); a result holding neither, as successful results
+// mostly do, is not decoded at all.
 func hasErrorKey(content string) bool {
+	if !strings.Contains(content, `"error"`) && !strings.Contains(content, `\u006`) && !strings.Contains(content, `\u007`) {
+		return false
+	}
+	return decodedHasErrorKey(content)
+}
+
+// decodedHasErrorKey is hasErrorKey by decoding content.
+func decodedHasErrorKey(content string) bool {
 	var top map[string]json.RawMessage
 	if json.Unmarshal([]byte(content), &top) != nil {
 		return false

@@ -61,7 +61,9 @@ func (m *extractiveModel) Generate(ctx context.Context, req llm.Request, onDelta
 		return llm.Response{}, fmt.Errorf("extractive: no user message")
 	}
 	question := strings.TrimSpace(req.Messages[lastUser].Content)
-	q := parseQuestion(question)
+	// Both rounds of a turn read the same question: the second finds the first's reading.
+	aq := m.memo.question(question)
+	q := aq.q
 
 	var toolMsgs []llm.Message
 	for _, m := range req.Messages[lastUser+1:] {
@@ -92,8 +94,8 @@ func (m *extractiveModel) Generate(ctx context.Context, req llm.Request, onDelta
 	// part. A transcript that does not pair up so (another model's history) serves every part.
 	results := make([][]passage, len(q.parts))
 	var searchErrs []string
-	for i, m := range toolMsgs {
-		ps, errMsg := parseSearchResult(m.Content)
+	for i, tm := range toolMsgs {
+		ps, errMsg := m.memo.searchResult(tm.Content)
 		if errMsg != "" {
 			searchErrs = append(searchErrs, errMsg)
 		}
@@ -105,7 +107,7 @@ func (m *extractiveModel) Generate(ctx context.Context, req llm.Request, onDelta
 			results[k] = append(results[k], ps...)
 		}
 	}
-	return streamText(ctx, composeParts(m.memo, q, results, searchErrs), onDelta)
+	return streamText(ctx, composeParts(m.memo, q, aq.parts, results, searchErrs), onDelta)
 }
 
 func pick(zh bool, a, b string) string {
@@ -193,19 +195,20 @@ func compose(question string, zh bool, passages []passage, searchErrs []string) 
 
 // composeMemo is compose with the passages' analyses kept in memo.
 func composeMemo(memo *analysisMemo, question string, zh bool, passages []passage, searchErrs []string) string {
-	q := parseQuestion(question)
+	aq := memo.question(question)
+	q := aq.q // a copy: the memo's reading keeps its own language
 	q.zh = zh
 	results := make([][]passage, len(q.parts))
 	for i := range results {
 		results[i] = passages
 	}
-	return composeParts(memo, q, results, searchErrs)
+	return composeParts(memo, q, aq.parts, results, searchErrs)
 }
 
 // composeParts writes the answer: for each part of the question the best sentences of that part's
 // search results, each cited with its source's ref, and a plain "not found" for a part nothing
 // answers. An answer drawn only from documents in the other language says so first.
-func composeParts(memo *analysisMemo, q question, results [][]passage, searchErrs []string) string {
+func composeParts(memo *analysisMemo, q question, parts []partAnalysis, results [][]passage, searchErrs []string) string {
 	total := 0
 	for _, r := range results {
 		total += len(r)
@@ -219,7 +222,7 @@ func composeParts(memo *analysisMemo, q question, results [][]passage, searchErr
 	found, other := 0, 0
 	seen := map[string]bool{}
 	for i, p := range q.parts {
-		for _, c := range selectSentences(memo, p, results[i]) {
+		for _, c := range selectSentences(memo, p, &parts[i], results[i]) {
 			// A sentence that answers two parts is said once.
 			if seen[c.text] {
 				continue
@@ -328,12 +331,20 @@ func conceptsOf(text string, factor float64) []concept {
 	return out
 }
 
-// selectSentences picks the sentences of passages that answer part p: those that share enough of
-// the part's concepts (weighted by rarity among the retrieved sentences), preferring figures for
-// an amount question and steps for a how-question; for a list question, the items of the best
-// sentence's section.
-func selectSentences(memo *analysisMemo, p qpart, passages []passage) []scored {
-	list := p.list
+// partAnalysis is what selectSentences needs of a part of the question, worked out once per
+// question: its concepts (its own, then those of the topic it borrows that it lacks), how many are
+// its own, the amount it asks for, and whether it asks how, asks for a remedy, reads as Chinese.
+// It is shared between runs and must not be modified.
+type partAnalysis struct {
+	concepts []concept
+	own      int
+	want     quantity
+	howTo    bool
+	remedy   bool
+	zh       bool
+}
+
+func analysePart(p qpart) partAnalysis {
 	concepts := conceptsOf(p.text, 1)
 	own := len(concepts)
 	if p.topic != "" {
@@ -347,6 +358,17 @@ func selectSentences(memo *analysisMemo, p qpart, passages []passage) []scored {
 			}
 		}
 	}
+	return partAnalysis{concepts: concepts, own: own, want: quantityWanted(p.text), howTo: asksHow(p.text),
+		remedy: asksRemedy(p.text), zh: textseg.ReadsAsChinese(p.text)}
+}
+
+// selectSentences picks the sentences of passages that answer part p: those that share enough of
+// the part's concepts (weighted by rarity among the retrieved sentences), preferring figures for
+// an amount question and steps for a how-question; for a list question, the items of the best
+// sentence's section.
+func selectSentences(memo *analysisMemo, p qpart, pa *partAnalysis, passages []passage) []scored {
+	list := p.list
+	concepts, own := pa.concepts, pa.own
 	if own == 0 {
 		return nil
 	}
@@ -364,8 +386,7 @@ func selectSentences(memo *analysisMemo, p qpart, passages []passage) []scored {
 		hasNum  bool
 		hasUnit bool
 	}
-	want := quantityWanted(p.text)
-	howTo := asksHow(p.text)
+	want, howTo := pa.want, pa.howTo
 	var sents []candidate
 	seen := map[string]bool{}
 	for pi, ps := range passages {
@@ -515,7 +536,7 @@ func selectSentences(memo *analysisMemo, p qpart, passages []passage) []scored {
 	if slices.ContainsFunc(cands, func(c scored) bool { return !c.meta }) {
 		cands = slices.DeleteFunc(cands, func(c scored) bool { return c.meta })
 	}
-	cands = preferLanguage(cands, textseg.ReadsAsChinese(p.text))
+	cands = preferLanguage(cands, pa.zh)
 	// An amount question is answered by the sentences that give one, in the unit asked for if any do.
 	if best := slices.MaxFunc(cands, func(a, b scored) int { return cmp.Compare(a.figure, b.figure) }).figure; best > 0 {
 		cands = slices.DeleteFunc(cands, func(c scored) bool { return c.figure < best })
@@ -536,7 +557,7 @@ func selectSentences(memo *analysisMemo, p qpart, passages []passage) []scored {
 	})
 	best := cands[0]
 	var picked []scored
-	procedure := best.step && (howTo || asksRemedy(p.text))
+	procedure := best.step && (howTo || pa.remedy)
 	if (list || procedure) && best.item {
 		// A list question is answered by the whole list, and a how-question by the whole procedure,
 		// that the best sentence belongs to. For a list question, a section whose heading names the

@@ -169,6 +169,37 @@ func TestParseSearchResult(t *testing.T) {
 	assert.Equal(t, "provider returned 500", msg)
 	_, msg = parseSearchResult(`not json`)
 	assert.NotEmpty(t, msg)
+
+	// The memo's reading is parseSearchResult's, found again for the same text.
+	memo := newAnalysisMemo(memoEntries)
+	for _, content := range []string{
+		`{"query":"q","results":[{"title":"A","url":"https://a.example/","content":"x","ref":2},{"title":"B","url":"https://b.example/","content":"y","ref":3}],"total_results":2}`,
+		`{"error":"provider returned 500"}`, `not json`, `{"results":[]}`,
+	} {
+		wantPs, wantMsg := parseSearchResult(content)
+		for range 2 {
+			ps, msg := memo.searchResult(content)
+			assert.Equal(t, wantPs, ps, content)
+			assert.Equal(t, wantMsg, msg, content)
+		}
+	}
+	assert.Equal(t, 4, memo.results.Len())
+}
+
+// TestQuestionMemo: the memo's reading of a question is the fresh one, and a caller changing its
+// copy of the question does not change what the memo hands out next.
+func TestQuestionMemo(t *testing.T) {
+	memo := newAnalysisMemo(memoEntries)
+	for _, text := range []string{"年假有几天？没休完的可以顺延吗？", "那差旅报销需要哪些材料？多久能到账？", "How do I reset my password?", "请列出要点"} {
+		want := analyseQuestion(text)
+		got := memo.question(text)
+		assert.Equal(t, want, got, text)
+		q := got.q
+		q.zh = !q.zh
+		again := memo.question(text)
+		assert.Same(t, got, again, text)
+		assert.Equal(t, want, again, text)
+	}
 }
 
 func TestParseQuestion(t *testing.T) {

@@ -60,22 +60,79 @@ func analyseTitle(title string) *analysedTitle {
 // have, without the model knowing where its tool results come from (the local corpus, SearXNG,
 // Tavily): search results repeat, because a corpus has only so many passages. It is bounded and
 // safe for concurrent use; a nil memo analyses every time.
+//
+// It also keeps the reading of recent questions, which both rounds of a turn need, and of recent
+// search results, which the model is handed as JSON text.
 type analysisMemo struct {
 	passages     *lru.Cache[string, []analysedSentence]
 	titles       *lru.Cache[string, *analysedTitle]
+	questions    *lru.Cache[string, *analysedQuestion]
+	results      *lru.Cache[string, searchResult]
 	hits, misses atomic.Uint64
 }
 
-// memoEntries bounds each cache: a passage's analysis is a few kilobytes.
+// memoEntries bounds each cache: a passage's analysis is a few kilobytes. A search result holds
+// several passages, so a quarter as many of them are kept.
 const memoEntries = 1024
 
 func newAnalysisMemo(entries int) *analysisMemo {
 	p, err1 := lru.New[string, []analysedSentence](entries)
 	t, err2 := lru.New[string, *analysedTitle](entries)
-	if err1 != nil || err2 != nil {
+	q, err3 := lru.New[string, *analysedQuestion](entries)
+	r, err4 := lru.New[string, searchResult](max(1, entries/4))
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return nil // only a non-positive size fails: no memo
 	}
-	return &analysisMemo{passages: p, titles: t}
+	return &analysisMemo{passages: p, titles: t, questions: q, results: r}
+}
+
+// analysedQuestion is a question's reading and the analysis of each of its parts.
+type analysedQuestion struct {
+	q     question
+	parts []partAnalysis // parts[i] belongs to q.parts[i]
+}
+
+func analyseQuestion(text string) *analysedQuestion {
+	q := parseQuestion(text)
+	parts := make([]partAnalysis, len(q.parts))
+	for i, p := range q.parts {
+		parts[i] = analysePart(p)
+	}
+	return &analysedQuestion{q: q, parts: parts}
+}
+
+// question returns text's reading. It is shared between runs and must not be modified (the
+// question struct may be copied and its copy changed).
+func (m *analysisMemo) question(text string) *analysedQuestion {
+	if m == nil {
+		return analyseQuestion(text)
+	}
+	if a, ok := m.questions.Get(text); ok {
+		return a
+	}
+	a := analyseQuestion(text)
+	m.questions.Add(text, a)
+	return a
+}
+
+// searchResult is parseSearchResult's reading of one web_search result.
+type searchResult struct {
+	passages []passage
+	errMsg   string
+}
+
+// searchResult returns parseSearchResult(content). The passages are shared and must not be
+// modified.
+func (m *analysisMemo) searchResult(content string) ([]passage, string) {
+	if m == nil {
+		return parseSearchResult(content)
+	}
+	if r, ok := m.results.Get(content); ok {
+		return r.passages, r.errMsg
+	}
+	ps, msg := parseSearchResult(content)
+	m.results.Add(content, searchResult{ps, msg})
+	return ps, msg
 }
 
 func (m *analysisMemo) passage(content string) []analysedSentence {

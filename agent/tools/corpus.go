@@ -15,6 +15,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -93,6 +94,7 @@ type Corpus struct {
 	index    bleve.Index
 	analyzer analysis.Analyzer
 	idf      map[string]float64 // term → inverse unit frequency, for passage scoring
+	closed   atomic.Bool
 	// Skipped lists the files that were left out because they hold no text; the caller says so.
 	Skipped []string
 }
@@ -385,13 +387,21 @@ func (c *Corpus) IndexURL() string {
 }
 
 // Close releases the search index. A closed corpus still serves pages and lookups; Search then
-// fails. A corpus that lives as long as the process need not be closed.
+// fails. A corpus that lives as long as the process need not be closed. Closing it again does
+// nothing.
 func (c *Corpus) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
 	if err := c.index.Close(); err != nil {
 		return fmt.Errorf("corpus: close: %w", err)
 	}
 	return nil
 }
+
+// open implements stableSearcher: the corpus is indexed once, in LoadCorpus, and its results for a
+// query stay the same until Close.
+func (c *Corpus) open() bool { return !c.closed.Load() }
 
 // Len is the number of documents.
 func (c *Corpus) Len() int { return len(c.docs) }

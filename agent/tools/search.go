@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/citations"
 )
@@ -23,6 +25,9 @@ const (
 	DefaultSearchTimeout = 20 * time.Second // a whole web_search call, provider included
 	maxQueryRunes        = 400
 	maxResultRunes       = 1000 // content of one provider result handed to the model
+	// searchCacheEntries bounds web_search's cache of encoded results over a stableSearcher: one
+	// entry is a few kilobytes.
+	searchCacheEntries = 1024
 )
 
 // SearchResult is one hit of a Searcher.
@@ -36,18 +41,42 @@ type Searcher interface {
 	Search(ctx context.Context, query string, max int) ([]SearchResult, error)
 }
 
+// stableSearcher is a Searcher whose results for a query do not change while it is open: the
+// local corpus, indexed once when it is loaded and never re-indexed. web_search keeps its encoded
+// result per query for such a searcher (a knowledge base is asked the same questions again and
+// again); web providers are asked every time, since the web changes.
+type stableSearcher interface {
+	Searcher
+	// open reports whether Search still answers; a closed searcher's cached results are not used.
+	open() bool
+}
+
 // NewWebSearch returns the web_search tool over s. log receives search failures; nil discards them.
 func NewWebSearch(s Searcher, log *slog.Logger) agent.Tool {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &webSearch{s: s, timeout: DefaultSearchTimeout, log: log}
+	w := &webSearch{s: s, timeout: DefaultSearchTimeout, log: log}
+	if st, ok := s.(stableSearcher); ok {
+		w.stable = st
+		w.cache, _ = lru.New[searchKey, string](searchCacheEntries) // only a size ≤ 0 fails
+	}
+	return w
 }
 
 type webSearch struct {
 	s       Searcher
 	timeout time.Duration
 	log     *slog.Logger
+	// stable is s when its results can be kept; cache then holds successful results by query.
+	stable stableSearcher
+	cache  *lru.Cache[searchKey, string]
+}
+
+// searchKey is a normalised query and the number of results asked for.
+type searchKey struct {
+	query string
+	max   int
 }
 
 var webSearchParams = json.RawMessage(`{
@@ -107,6 +136,13 @@ func (w *webSearch) Call(ctx context.Context, arguments string) (string, error) 
 		return failure("invalid arguments: " + err.Error()), nil
 	}
 
+	key := searchKey{q, max}
+	if w.cache != nil && w.stable.open() && ctx.Err() == nil {
+		if out, ok := w.cache.Get(key); ok {
+			return out, nil
+		}
+	}
+
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	start := time.Now()
@@ -129,7 +165,12 @@ func (w *webSearch) Call(ctx context.Context, arguments string) (string, error) 
 		}
 	}
 	out.TotalResults = len(out.Results)
-	return marshal(out), nil
+	enc := marshal(out)
+	if w.cache != nil {
+		// Only a successful search is kept: a timeout or a closed index says nothing of the next call.
+		w.cache.Add(key, enc)
+	}
+	return enc, nil
 }
 
 // search calls the Searcher, turning a panic in it into an error so one broken provider cannot

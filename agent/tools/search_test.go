@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,6 +147,87 @@ func TestWebSearchFiltersAndFailures(t *testing.T) {
 		require.NoError(t, err)
 		assert.Contains(t, decodeObject(t, out)["error"], "panicked")
 	})
+}
+
+// countingSearcher counts the searches that reach s; open, when set, makes it a stableSearcher.
+type countingSearcher struct {
+	s     Searcher
+	calls atomic.Int64
+}
+
+func (c *countingSearcher) Search(ctx context.Context, q string, max int) ([]SearchResult, error) {
+	c.calls.Add(1)
+	return c.s.Search(ctx, q, max)
+}
+
+type countingStable struct {
+	countingSearcher
+	corpus *Corpus
+}
+
+func (c *countingStable) open() bool { return c.corpus.open() }
+
+// TestWebSearchCorpusCache: over the local corpus, web_search answers a query it answered before
+// from its cache, with the same bytes a search would give (the uncached tool is the oracle); another
+// query, another max_results, a closed corpus or a web provider are searched.
+func TestWebSearchCorpusCache(t *testing.T) {
+	c := load(t, "", testPublicURL)
+	counted := &countingStable{countingSearcher: countingSearcher{s: c}, corpus: c}
+	cached := NewWebSearch(counted, nil)
+	oracle := NewWebSearch(&countingSearcher{s: c}, nil) // not a stableSearcher: never cached
+	ctx := context.Background()
+	args := []string{
+		`{"query":"电子发票抬头写错了怎么办？"}`, `{"query":"  电子发票抬头写错了怎么办？ "}`, `{"query":"电子发票抬头写错了怎么办？","max_results":2}`,
+		`{"query":"How do I reset my password?"}`, `{"query":"How   do I reset\nmy password?"}`, `{"query":"报销多久能到账？","max_results":10}`,
+		`{"query":"no such thing at all zzzz"}`,
+	}
+	for round := range 3 {
+		for _, a := range args {
+			want, err := oracle.Call(ctx, a)
+			require.NoError(t, err)
+			got, err := cached.Call(ctx, a)
+			require.NoError(t, err)
+			assert.Equal(t, want, got, "round %d, %s", round, a)
+		}
+	}
+	// Seven argument sets, five distinct (query, max) pairs after whitespace is normalised.
+	assert.EqualValues(t, 5, counted.calls.Load())
+
+	// Bad arguments are answered before the cache.
+	out, err := cached.Call(ctx, `{"query":""}`)
+	require.NoError(t, err)
+	assert.Contains(t, out, `"error"`)
+
+	// A closed corpus fails, whatever was cached.
+	require.NoError(t, c.Close())
+	out, err = cached.Call(ctx, args[0])
+	require.NoError(t, err)
+	assert.Contains(t, decodeObject(t, out)["error"], "web search failed")
+	assert.EqualValues(t, 6, counted.calls.Load())
+
+	// A web provider is asked every time.
+	web := &countingSearcher{s: fakeSearcher{results: []SearchResult{{Title: "t", URL: "https://example.com/a", Content: "c"}}}}
+	ws := NewWebSearch(web, nil)
+	for range 3 {
+		_, err := ws.Call(ctx, `{"query":"x"}`)
+		require.NoError(t, err)
+	}
+	assert.EqualValues(t, 3, web.calls.Load())
+}
+
+// TestWebSearchCorpusCacheCancelled: a call whose context is already over is not answered from the
+// cache; it fails as a search would.
+func TestWebSearchCorpusCacheCancelled(t *testing.T) {
+	c := loadSample(t)
+	counted := &countingStable{countingSearcher: countingSearcher{s: c}, corpus: c}
+	ws := NewWebSearch(counted, nil)
+	_, err := ws.Call(context.Background(), `{"query":"年假"}`)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = ws.Call(ctx, `{"query":"年假"}`)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, counted.calls.Load())
 }
 
 func searxngJSON(results ...map[string]string) string {
