@@ -1,10 +1,6 @@
 package store
 
-import (
-	"time"
-
-	bolt "go.etcd.io/bbolt"
-)
+import bolt "go.etcd.io/bbolt"
 
 // boltOptions are the bbolt settings Open uses.
 //
@@ -25,6 +21,12 @@ import (
 //
 // A file written with these settings opens with bbolt's defaults too: the meta page says the
 // freelist is not synced and bbolt rebuilds it (and writes it again on the first commit).
+//
+// NoSync stays false: every commit writes its pages and fdatasyncs, then writes the meta page and
+// fdatasyncs again. Writes reach bbolt through the group committer (commit.go), which answers a
+// caller only after the transaction holding its write returned from Commit, so every acknowledged
+// write is on disk when its caller returns; grouping changes how many callers share a commit, not
+// what a commit guarantees.
 func boltOptions(opt Options) *bolt.Options {
 	o := &bolt.Options{Timeout: opt.Timeout}
 	if !opt.boltDefaults {
@@ -33,6 +35,3 @@ func boltOptions(opt Options) *bolt.Options {
 	}
 	return o
 }
-
-// boltBatchDelay is db.MaxBatchDelay (see batchDelay).
-func boltBatchDelay(opt Options) time.Duration { return batchDelay }

@@ -97,7 +97,7 @@ func (s *Store) AcceptInbound(ctx context.Context, in Inbound) (Accepted, error)
 	// Batch is safe: every attempt starts from out reset and from values prepared outside the
 	// transaction (ids included), and reads the dedup key and the binding in the transaction that
 	// commits, so a retry does what one run would have done.
-	err := s.batch(ctx, op, func(tx *bolt.Tx) error {
+	err := s.batchSized(ctx, op, payloadSize(user), func(tx *bolt.Tx) error {
 		out = Accepted{}
 		seen := tx.Bucket(bucketSeen)
 		if v := seen.Get([]byte(in.SeenKey)); v != nil && !expired(v, now) {

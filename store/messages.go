@@ -25,7 +25,7 @@ func (s *Store) AppendMessage(ctx context.Context, m Message) (Message, error) {
 	var out Message
 	// Batch is safe here: every run starts from the caller's message and recomputes the id inside
 	// the transaction that commits it, so a retry cannot leave a duplicate behind.
-	err = s.batch(ctx, "append message", func(tx *bolt.Tx) error {
+	err = s.batchSized(ctx, "append message", payloadSize(in), func(tx *bolt.Tx) error {
 		var err error
 		out, err = s.appendLocked(tx, in)
 		return err
@@ -69,7 +69,7 @@ func (s clock) prepareMessage(m Message) (Message, error) {
 }
 
 // appendLocked writes a prepared message with the next id, its session and run index entries, and
-// bumps the session's UpdatedAt. It derives everything from in and the transaction, so a Batch retry
+// bumps the session's UpdatedAt. It derives everything from in and the transaction, so a retry
 // recomputes the same result.
 func (s *Store) appendLocked(tx *bolt.Tx, in Message) (Message, error) {
 	out, err := s.appendManyLocked(tx, []Message{in})
@@ -370,7 +370,7 @@ func (s *Store) MergeMetadata(ctx context.Context, id uint64, patch map[string]j
 		}
 		compacted[k] = buf.Bytes()
 	}
-	// Applying the same patch twice yields the same record, so Batch's retry is harmless.
+	// Applying the same patch twice yields the same record, so a retry is harmless.
 	return s.batch(ctx, "merge metadata", func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketMessages)
 		var m Message

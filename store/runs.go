@@ -19,7 +19,7 @@ func (s *Store) CreateRun(ctx context.Context, r Run) (Run, error) {
 		return Run{}, fmt.Errorf("store: create run: %w", err)
 	}
 	// Batched with the other writes of concurrent turns (one fsync for many); the function only
-	// reads the transaction and r, so bbolt may run it again after a rollback.
+	// reads the transaction and r, so the committer may run it again after a rollback.
 	err = s.batch(ctx, "create run", func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketSessions).Get([]byte(r.SessionID)) == nil {
 			return fmt.Errorf("session %q: %w", r.SessionID, ErrNotFound)
@@ -151,7 +151,7 @@ func (s *Store) ConcludeRun(ctx context.Context, c Conclusion) (Run, Message, er
 	var outMsg Message
 	// Batch is safe: a retry starts again from the run record and the prepared message inside a
 	// transaction whose earlier attempt was rolled back, so it assigns one id and finishes once.
-	err := s.batch(ctx, op, func(tx *bolt.Tx) error {
+	err := s.batchSized(ctx, op, payloadSize(final), func(tx *bolt.Tx) error {
 		runs := tx.Bucket(bucketRuns)
 		var r Run
 		if err := getJSON(runs, []byte(c.RunID), "run", &r); err != nil {

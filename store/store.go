@@ -31,12 +31,6 @@ const schemaVersion = 3
 // defaultTimeout bounds the wait for the file lock so a second process fails fast instead of hanging.
 const defaultTimeout = time.Second
 
-// batchDelay replaces bbolt's 10ms default MaxBatchDelay. A chat turn appends its messages one by
-// one, so a lone writer pays the whole delay on every append; 2ms still groups concurrent sessions'
-// writes into one fsync. In BenchmarkAppendMessage (16 writers, 2 cores, ext4) 10ms was about four
-// times slower per append than 2ms, and plain Update about twice as slow.
-const batchDelay = 2 * time.Millisecond
-
 // maxIDLen bounds caller-supplied ids; they are used inside index keys.
 const maxIDLen = 256
 
@@ -96,9 +90,10 @@ type Options struct {
 
 // Store is citegate's bbolt-backed persistence. It is safe for concurrent use.
 type Store struct {
-	db   *bolt.DB
-	path string
-	log  *slog.Logger
+	db     *bolt.DB
+	commit *committer // runs every write transaction after Open (commit.go)
+	path   string
+	log    *slog.Logger
 	clock
 	recovered int
 }
@@ -143,12 +138,12 @@ func Open(path string, opt Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	db.MaxBatchDelay = boltBatchDelay(opt)
 	s := &Store{db: db, path: path, log: opt.Logger, clock: clock{now: opt.Now}}
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	s.commit = newCommitter(db, opt.Logger)
 	if s.recovered > 0 {
 		s.log.Warn("store: runs interrupted by a previous crash marked FAILED", "path", path, "runs", s.recovered)
 	}
@@ -246,8 +241,10 @@ func (s *Store) recoverRunsLocked(tx *bolt.Tx) (int, error) {
 	return n, nil
 }
 
-// Close releases the database file and its lock.
+// Close releases the database file and its lock. Writes already submitted are committed first;
+// writes submitted after Close fail.
 func (s *Store) Close() error {
+	s.commit.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close %s: %w", s.path, err)
 	}
@@ -413,24 +410,30 @@ func (s *Store) view(ctx context.Context, op string, fn func(tx *bolt.Tx) error)
 	return nil
 }
 
-// update runs a write transaction after checking ctx. Used where fn is not safe to run twice.
+// update runs fn in a write transaction of its own kind: the committer runs it exactly once, last
+// in its group (commit.go). Used where fn is not safe to run twice.
 func (s *Store) update(ctx context.Context, op string, fn func(tx *bolt.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store: %s: %w", op, err)
-	}
-	if err := s.db.Update(fn); err != nil {
-		return fmt.Errorf("store: %s: %w", op, err)
-	}
-	return nil
+	return s.write(ctx, op, true, 0, fn)
 }
 
-// batch runs fn through db.Batch after checking ctx. fn must be idempotent: bbolt may run it more
-// than once, and only the last run's effects (and captured results) count.
+// batch runs fn in a write transaction shared with concurrent writes (commit.go). fn must be
+// idempotent: it may run more than once (when another write of its group fails, or when it fails
+// and runs again alone), and only the run that committed counts, its captured results included.
 func (s *Store) batch(ctx context.Context, op string, fn func(tx *bolt.Tx) error) error {
+	return s.write(ctx, op, false, 0, fn)
+}
+
+// batchSized is batch for a write of about size bytes (message contents), which bounds how much one
+// shared transaction takes (maxGroupBytes).
+func (s *Store) batchSized(ctx context.Context, op string, size int, fn func(tx *bolt.Tx) error) error {
+	return s.write(ctx, op, false, size, fn)
+}
+
+func (s *Store) write(ctx context.Context, op string, once bool, size int, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: %s: %w", op, err)
 	}
-	if err := s.db.Batch(fn); err != nil {
+	if err := s.commit.do(ctx, once, size, fn); err != nil {
 		return fmt.Errorf("store: %s: %w", op, err)
 	}
 	return nil

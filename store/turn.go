@@ -32,7 +32,7 @@ func (s *Store) StartTurn(ctx context.Context, m Message, r Run) (Message, Run, 
 	var outRun Run
 	// Batch is safe: each attempt starts from the prepared values and draws the message id inside
 	// the transaction that commits it; a rolled-back attempt leaves nothing behind.
-	err = s.batch(ctx, "start turn", func(tx *bolt.Tx) error {
+	err = s.batchSized(ctx, "start turn", payloadSize(m), func(tx *bolt.Tx) error {
 		msg, err := s.appendLocked(tx, m)
 		if err != nil {
 			return err
@@ -97,7 +97,7 @@ func (s *Store) AppendMessages(ctx context.Context, ms []Message) ([]Message, er
 	var out []Message
 	// Batch is safe for the same reason as AppendMessage's: ids are drawn in the committing
 	// transaction, from the prepared input.
-	err = s.batch(ctx, "append messages", func(tx *bolt.Tx) error {
+	err = s.batchSized(ctx, "append messages", payloadSize(in...), func(tx *bolt.Tx) error {
 		var err error
 		out, err = s.appendManyLocked(tx, in)
 		return err

@@ -61,7 +61,7 @@ func BenchTurn(b *testing.B, h Harness) {
 	}
 
 	s, _ := h.openTest(b)
-	// One chat alone: every write waits for its commit (and bbolt's batch delay) before the next
+	// One chat alone: every write waits for a commit of its own before the next
 	// starts, so a turn's latency is the sum over its transactions.
 	for _, style := range []string{"five", "three"} {
 		b.Run("TurnWritesSerial/"+style, func(b *testing.B) {
