@@ -13,6 +13,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/citegate/citegate/agent"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/text/encoding/simplifiedchinese"
@@ -499,11 +500,17 @@ func TestCorpusConcurrentUse(t *testing.T) {
 	wg.Wait()
 }
 
-// BenchmarkWebSearchCall is one web_search tool call on the bundled corpus as a turn makes it:
-// arguments decoded, the corpus searched, each result's text cleaned and cut, the result encoded.
+// BenchmarkWebSearchCall is one web_search tool call on the bundled corpus as a turn makes it.
+// "cached": the four queries cycle, so after the first round each is answered from web_search's
+// cache of encoded corpus results. "uncached": the corpus behind a plain Searcher, so every call
+// decodes the arguments, searches, cleans and cuts each result's text and encodes the result.
 func BenchmarkWebSearchCall(b *testing.B) {
 	c := load(b, "", testPublicURL)
-	ws := NewWebSearch(c, nil)
+	b.Run("cached", func(b *testing.B) { benchWebSearch(b, NewWebSearch(c, nil)) })
+	b.Run("uncached", func(b *testing.B) { benchWebSearch(b, NewWebSearch(&countingSearcher{s: c}, nil)) })
+}
+
+func benchWebSearch(b *testing.B, ws agent.Tool) {
 	args := []string{`{"query":"电子发票抬头写错了怎么办？"}`, `{"query":"How do I reset my password?"}`, `{"query":"报销多久能到账？"}`, `{"query":"VPN 连不上怎么办？"}`}
 	ctx := context.Background()
 	b.ReportAllocs()
