@@ -171,3 +171,33 @@ func lexerAlias(name string) string {
 	}
 	return strings.ToLower(name)
 }
+
+// offlineAnswer is the answer the offline (extractive) model gives in the whole-gateway load test
+// (cmd/citegate-load), with its one citation: what the websocket renders on every turn.
+const offlineAnswer = "根据检索到的资料：\n\n联系开票方：把原发票（PDF 或 OFD 文件）和正确的开票信息发给销售方的开票联系人，说明需要红冲重开。[^1^]\n确认红字信息：如果原发票是增值税专用发票，且我方已经在税务平台勾选用于抵扣，需要由我方财务先在电子发票服务平台确认《红字发票信息确认单》，请把原发票号码发邮件到 fssc@example.com，财务共享中心在 2 个工作日内完成确认。[^1^]\n未勾选抵扣的发票或普通发票，由销售方直接发起红冲即可。[^1^]\n销售方开具红字发票：销售方开具红字发票冲销原发票，并把红字发票发给我们留存。[^1^]\n按正确抬头重新开具：销售方按上表信息重新开具蓝字发票。[^1^]\n收到后请核对名称、纳税人识别号、金额和开票日期。[^1^]\n提交报销：在费控系统中上传新发票，并在备注栏写明“原发票号码 XXXXXXXX 已红冲”。[^1^]"
+
+func offlineCitations() []citations.Citation {
+	at := time.Date(2026, 12, 1, 11, 23, 8, 0, time.UTC)
+	return []citations.Citation{{N: 1, URL: "http://127.0.0.1:18471/kb/einvoice-title-correction", Title: "电子发票抬头开错了怎么办", RetrievedAt: &at,
+		Lead: "公司正确的开票信息\n抬头必须与“云杉科技有限公司”完全一致，不能写成简称（如“云杉科技”）或英文名。增值税普通发票至少要有名称和纳税人识别号两项正确；增值税专用发票要求以上四项全部正确。\n操作步骤…"}}
+}
+
+// BenchmarkRenderOfflineAnswer renders the offline model's answer the ways a turn does: without
+// citations (answer.final), with them (the citations frame: body and sources), and the sources
+// section alone.
+func BenchmarkRenderOfflineAnswer(b *testing.B) {
+	cits := offlineCitations()
+	opt := Options{Anchor: "m4", MessageID: 4, AllowLink: citations.AllowList([]string{cits[0].URL})}
+	b.Run("final", func(b *testing.B) {
+		b.ReportAllocs()
+		loopCPU(b, func() { _ = RenderAnswer(offlineAnswer, nil, opt) })
+	})
+	b.Run("cited", func(b *testing.B) {
+		b.ReportAllocs()
+		loopCPU(b, func() { _ = RenderAnswer(offlineAnswer, cits, opt) })
+	})
+	b.Run("sources", func(b *testing.B) {
+		b.ReportAllocs()
+		loopCPU(b, func() { _ = RenderSources(cits, opt) })
+	})
+}

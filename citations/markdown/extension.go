@@ -29,6 +29,9 @@ type CitationNode struct {
 	// Anchor and Occurrence make the superscript's id unique within the page.
 	Anchor     string
 	Occurrence int
+	// sups, when set, collects the superscript's HTML while the output gets supPlaceholder in its
+	// place (see renderState.sups).
+	sups *[]string
 }
 
 // Kind implements ast.Node.
@@ -86,6 +89,11 @@ type renderState struct {
 	hlDeadline time.Time
 	hlOver     bool
 	clock      func() time.Time
+	// placeholders has the superscripts rendered as supPlaceholder, their HTML collected in sups
+	// in document order, so the sanitiser does not spend its time on markup this package wrote
+	// and that it would pass unchanged (see spliceSups).
+	placeholders bool
+	sups         []string
 }
 
 func (st *renderState) now() time.Time {
@@ -141,6 +149,9 @@ func (citationTransformer) Transform(doc *ast.Document, _ text.Reader, pc parser
 		}
 		c.K = k
 		c.Anchor = st.anchor
+		if st.placeholders {
+			c.sups = &st.sups
+		}
 		occurrences[k]++
 		c.Occurrence = occurrences[k]
 		if link := outermostLink(c); link != nil {
@@ -218,13 +229,24 @@ func renderCitation(w util.BufWriter, _ []byte, node ast.Node, entering bool) (a
 	if c.K == 0 {
 		return ast.WalkSkipChildren, nil
 	}
-	k := strconv.Itoa(c.K)
-	_, _ = w.WriteString(`<sup class="cite-ref"><a`)
-	if c.Anchor != "" {
-		_, _ = w.WriteString(` id="` + c.Anchor + `-ref-` + k + `-` + strconv.Itoa(c.Occurrence) + `"`)
+	sup := supHTML(c.Anchor, c.K, c.Occurrence, c.N)
+	if c.sups != nil {
+		*c.sups = append(*c.sups, sup)
+		sup = supPlaceholder
 	}
-	_, _ = w.WriteString(` href="#` + c.Anchor + `-src-` + k + `" data-n="` + strconv.Itoa(c.N) + `" data-k="` + k + `">` + k + `</a></sup>`)
+	_, _ = w.WriteString(sup)
 	return ast.WalkSkipChildren, nil
+}
+
+// supHTML is the superscript of DESIGN §4 / the gateway contract for the occurrence-th marker of
+// citation n, shown as k; anchor (Options.anchor's, or "" for none) prefixes its ids.
+func supHTML(anchor string, k, occurrence, n int) string {
+	ks := strconv.Itoa(k)
+	id := ""
+	if anchor != "" {
+		id = ` id="` + anchor + `-ref-` + ks + `-` + strconv.Itoa(occurrence) + `"`
+	}
+	return `<sup class="cite-ref"><a` + id + ` href="#` + anchor + `-src-` + ks + `" data-n="` + strconv.Itoa(n) + `" data-k="` + ks + `">` + ks + `</a></sup>`
 }
 
 // citationExtension plugs the parser, transformer and renderer into goldmark.

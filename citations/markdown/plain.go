@@ -2,7 +2,6 @@ package markdown
 
 import (
 	"html"
-	"strconv"
 	"strings"
 
 	"github.com/citegate/citegate/citations"
@@ -109,9 +108,7 @@ func renderPlain(content string, st *renderState) string {
 			continue
 		}
 		occurrences[k]++
-		ks := strconv.Itoa(k)
-		b.WriteString(`<sup class="cite-ref"><a id="` + st.anchor + `-ref-` + ks + `-` + strconv.Itoa(occurrences[k]) +
-			`" href="#` + st.anchor + `-src-` + ks + `" data-n="` + strconv.Itoa(m.N) + `" data-k="` + ks + `">` + ks + `</a></sup>`)
+		b.WriteString(supHTML(st.anchor, k, occurrences[k], m.N))
 	}
 	text(content[last:])
 	b.WriteString("</p>\n")

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/citegate/citegate/citations"
@@ -190,7 +191,14 @@ func RenderBody(content string, cits []citations.Citation, opt Options) string {
 	return renderBody(content, cits, opt).HTML
 }
 
-func renderBody(content string, cits []citations.Citation, opt Options) (out Rendered) {
+func renderBody(content string, cits []citations.Citation, opt Options) Rendered {
+	r, _ := renderBodyState(content, cits, opt, true)
+	return r
+}
+
+// renderBodyState is renderBody, with the superscripts spliced in after sanitising (splice, see
+// supPlaceholder) or sanitised with the rest; it returns the final render state too (tests).
+func renderBodyState(content string, cits []citations.Citation, opt Options, splice bool) (out Rendered, st *renderState) {
 	// goldmark's CJK line-break handling indexes runes and panics on invalid UTF-8 (found by
 	// FuzzRender); models and stores can hand us such bytes, so repair them first.
 	content = strings.ToValidUTF8(content, "\uFFFD")
@@ -204,27 +212,87 @@ func renderBody(content string, cits []citations.Citation, opt Options) (out Ren
 		}
 	}()
 	valid := usable(cits)
-	st := &renderState{valid: valid, anchor: opt.anchor(), allow: allow, plainCode: opt.PlainCode, clock: opt.Now}
-	pc := parser.NewContext()
-	pc.Set(stateKey, st)
+	newState := func(placeholders bool) *renderState {
+		return &renderState{valid: valid, anchor: opt.anchor(), allow: allow, plainCode: opt.PlainCode, clock: opt.Now, placeholders: placeholders}
+	}
 	if needsPlain(content) {
+		st = newState(false)
 		html, hidden := hideTextURLs(policy.Sanitize(renderPlain(content, st)), allow)
-		return Rendered{HTML: html, Hidden: st.hidden + hidden, Cited: st.cited, Degraded: true}
+		return Rendered{HTML: html, Hidden: st.hidden + hidden, Cited: st.cited, Degraded: true}, st
 	}
 	conv := md
 	if overEmphasisBudget(content) {
 		conv, out.Degraded = mdNoEmphasis, true
 	}
-	var buf bytes.Buffer
-	if err := conv.Convert([]byte(content), &buf, parser.WithContext(pc)); err != nil {
+	convert := func(st *renderState) (string, error) {
+		pc := parser.NewContext()
+		pc.Set(stateKey, st)
+		var buf bytes.Buffer
+		err := conv.Convert([]byte(content), &buf, parser.WithContext(pc))
+		return buf.String(), err
+	}
+	st = newState(splice)
+	body, err := convert(st)
+	if err != nil {
 		// goldmark's HTML renderer only fails when its writer fails; a bytes.Buffer does not. Should
 		// it ever happen, showing the text escaped loses nothing.
 		text, hidden := citations.SafeText(content, allow)
-		return Rendered{HTML: RenderPlain(text), Hidden: hidden}
+		return Rendered{HTML: RenderPlain(text), Hidden: hidden}, st
 	}
-	html, hidden := hideTextURLs(policy.Sanitize(buf.String()), allow)
+	sanitized := policy.Sanitize(body)
+	if st.placeholders {
+		var ok bool
+		if sanitized, ok = spliceSups(sanitized, st.sups); !ok {
+			// Not expected (the sanitiser keeps every <sup> it is given): render the way without
+			// placeholders, where the sanitiser sees the superscripts themselves.
+			st = newState(false)
+			if body, err = convert(st); err != nil {
+				text, hidden := citations.SafeText(content, allow)
+				return Rendered{HTML: RenderPlain(text), Hidden: hidden}, st
+			}
+			sanitized = policy.Sanitize(body)
+		}
+	}
+	html, hidden := hideTextURLs(sanitized, allow)
 	out.HTML, out.Hidden, out.Cited = html, st.hidden+hidden, st.cited
-	return out
+	return out, st
+}
+
+// Superscripts skip the sanitiser. The policy passes a superscript unchanged, byte for byte: its
+// anchor matches anchorRE (letters, digits, '-', '_': a valid id and URL fragment), its numbers are
+// at most citations.MaxDigits digits (data-n, data-k allow 10), its class and relative href are
+// allowed, and it is never inside a link (citationTransformer moves markers out of links, so no
+// skipped <a> of the sanitiser can take its </a>). Checking that for every superscript of every
+// answer was a third or more of the sanitiser's work on a cited answer, so goldmark writes
+// supPlaceholder in their place (an allowed element, kept as it is; goldmark escapes every '<' of
+// the answer's text and writes raw HTML as text, so nothing else in its output is a <sup>), the
+// sanitiser runs over the rest, and spliceSups puts the superscripts in. TestSpliceMatchesSanitiser
+// and FuzzSpliceMatchesSanitiser compare the result with sanitising the superscripts.
+const supPlaceholder = "<sup></sup>"
+
+// spliceSups replaces the placeholders in html, in order, with sups; ok is false when their number
+// does not match.
+func spliceSups(html string, sups []string) (_ string, ok bool) {
+	if strings.Count(html, supPlaceholder) != len(sups) {
+		return html, false
+	}
+	if len(sups) == 0 {
+		return html, true
+	}
+	n := len(html)
+	for _, s := range sups {
+		n += len(s) - len(supPlaceholder)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, s := range sups {
+		i := strings.Index(html, supPlaceholder)
+		b.WriteString(html[:i])
+		b.WriteString(s)
+		html = html[i+len(supPlaceholder):]
+	}
+	b.WriteString(html)
+	return b.String(), true
 }
 
 // allowFunc is the link rule's allow-func for one answer: the caller's plus the citations' URLs.
@@ -242,9 +310,18 @@ func allowFunc(cits []citations.Citation, extra func(string) bool) func(string) 
 
 // RenderSources renders the "来源 N" section; "" when no citation is usable.
 func RenderSources(cits []citations.Citation, opt Options) string {
-	valid := usable(cits)
+	html, unchanged := sourcesHTML(usable(cits), opt)
+	if unchanged {
+		return html
+	}
+	return policy.Sanitize(html)
+}
+
+// sourcesHTML is the sources section of valid before sanitising, and whether the sanitiser would
+// return it unchanged (see textPassesUnchanged).
+func sourcesHTML(valid []citations.Citation, opt Options) (_ string, unchanged bool) {
 	if len(valid) == 0 {
-		return ""
+		return "", true
 	}
 	display := citations.DisplayNumbers(valid)
 	anchor := opt.anchor()
@@ -258,6 +335,7 @@ func RenderSources(cits []citations.Citation, opt Options) string {
 		b.WriteString(` open=""`)
 	}
 	b.WriteString(`><summary>` + label + ` ` + strconv.Itoa(len(valid)) + `</summary><ol>`)
+	unchanged = true
 	for _, c := range valid {
 		k := strconv.Itoa(display[c.N])
 		n := strconv.Itoa(c.N)
@@ -274,6 +352,7 @@ func RenderSources(cits []citations.Citation, opt Options) string {
 				}
 			}
 		}
+		unchanged = unchanged && len(n) <= 10 && urlPassesUnchanged(c.URL) && textPassesUnchanged(title) && textPassesUnchanged(site)
 		b.WriteString(`<li id="` + anchor + `-src-` + k + `" class="source" data-n="` + n + `">`)
 		b.WriteString(`<span class="src-num">` + k + `</span> `)
 		b.WriteString(`<a href="` + html.EscapeString(c.URL) + `" target="_blank" rel="noopener noreferrer">`)
@@ -287,9 +366,11 @@ func RenderSources(cits []citations.Citation, opt Options) string {
 			// the excerpt. Share pages leave them out; the card is the desktop's.
 			if c.RetrievedAt != nil && !c.RetrievedAt.IsZero() {
 				at := c.RetrievedAt.UTC()
+				unchanged = unchanged && at.Year() >= 0 && at.Year() <= 9999
 				b.WriteString(` <time class="src-time" datetime="` + at.Format(time.RFC3339) + `">` + at.Format("2006-01-02 15:04 UTC") + `</time>`)
 			}
 			if lead := citations.Lead(c.Lead); lead != "" {
+				unchanged = unchanged && textPassesUnchanged(lead)
 				b.WriteString(` <span class="src-lead">` + html.EscapeString(lead) + `</span>`)
 			}
 			b.WriteString(` <button type="button" class="src-preview" data-message="` +
@@ -298,7 +379,36 @@ func RenderSources(cits []citations.Citation, opt Options) string {
 		b.WriteString(`</li>`)
 	}
 	b.WriteString(`</ol></details>`)
-	return policy.Sanitize(b.String())
+	return b.String(), unchanged
+}
+
+// The sources list skips the sanitiser when it would return the list byte for byte. The markup is
+// this package's own: every element, class and attribute in it is one the policy allows as
+// written (ids from anchorRE, numbers within the patterns' digits), and what varies with the
+// citations is escaped text, the URL and numbers. The sanitiser rewrites only these inputs, which
+// take it as before:
+//   - a URL that does not read back the same from net/url (the sanitiser writes url.Parse's
+//     String) or holds white space (it drops such an href);
+//   - text with a carriage return (its tokenizer turns one into a line feed), a NUL byte or
+//     invalid UTF-8 (left to the sanitiser rather than reasoned about);
+//   - a registry number of more than 10 digits (data-n allows 10), a retrieval time whose year
+//     is not written with 4 digits (the datetime pattern).
+//
+// TestSourcesMatchSanitiser and FuzzSourcesMatchSanitiser compare the two.
+
+// textPassesUnchanged reports whether escaped text s passes the sanitiser unchanged.
+func textPassesUnchanged(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsAny(s, "\r\x00")
+}
+
+// urlPassesUnchanged reports whether an http(s) URL (usable's) passes the sanitiser's href check
+// unchanged.
+func urlPassesUnchanged(u string) bool {
+	if !textPassesUnchanged(u) || strings.ContainsFunc(u, unicode.IsSpace) {
+		return false
+	}
+	p, err := url.Parse(u)
+	return err == nil && p.String() == u
 }
 
 // RenderExcerpt renders a source's excerpt (the text a tool gave the model) as sanitised HTML for
