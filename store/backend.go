@@ -65,6 +65,9 @@ type Backend interface {
 	ActiveRun(ctx context.Context, sessionID string) (Run, error)
 	RenewRunLeases(ctx context.Context, owner string, until time.Time) (int, error)
 	ReapExpiredRuns(ctx context.Context, now time.Time) ([]Run, error)
+	// RunAhead is the earlier RUNNING run of the session, on another replica, that a turn waits
+	// for before it starts (order.go); ErrNotFound when the turn may start.
+	RunAhead(ctx context.Context, runID, owner string) (Run, error)
 
 	// Chat-platform dedup keys.
 	MarkSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)

@@ -74,6 +74,7 @@ var tests = []struct {
 	{"CreateRunKeepsLeaseAndOrigin", testCreateRunKeepsLeaseAndOrigin},
 	{"ActiveRun", testActiveRun},
 	{"RenewAndReapRunLeases", testRenewAndReapRunLeases},
+	{"RunAheadInStoreOrder", testRunAheadInStoreOrder},
 	{"FinishRunRules", testFinishRunRules},
 	{"SetRunMarkers", testSetRunMarkers},
 	{"ListRunsOldestFirst", testListRunsOldestFirst},
