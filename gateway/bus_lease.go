@@ -9,11 +9,22 @@ import (
 	"github.com/citegate/citegate/store"
 )
 
-// DefaultRunLease is how far one renewal moves a replica's leases. Renewals and reap rounds
-// happen every lease/4, so a run of a replica that died is failed at most lease + lease/4 (25 s)
-// after the replica's last renewal. The store must give new runs the same lease (for PostgreSQL,
-// store.Options.RunLease).
+// DefaultRunLease is how far one renewal moves a replica's leases. The store must give new runs
+// the same lease (for PostgreSQL, store.Options.RunLease).
+//
+// The margins, for a lease L: a replica renews its runs every L/5 (leaseRound), each time to a
+// full L from then, and a reaper fails only runs whose lease passed more than L/4 ago
+// (leaseGrace). So a live run is reaped only after its replica failed to renew it for L + L/4
+// (25 s, five rounds in a row, or a clock that far apart from the reaper's), while a run of a
+// replica that died is failed at most L + L/4 + L/5 = 1.45 L (29 s) after the replica's last
+// renewal.
 const DefaultRunLease = 20 * time.Second
+
+// leaseRound is the period of renewals and reap rounds for a lease.
+func leaseRound(lease time.Duration) time.Duration { return lease / 5 }
+
+// leaseGrace is how long past its lease a run is still left alone.
+func leaseGrace(lease time.Duration) time.Duration { return lease / 4 }
 
 // LeaseStore is what run leases need from a store shared by the replicas; store.Backend satisfies
 // it.
@@ -29,7 +40,7 @@ type LeasesConfig struct {
 	// store when it creates a run).
 	Owner string
 	// Lease is how far a renewal moves the leases; default DefaultRunLease. Rounds happen every
-	// Lease/4.
+	// Lease/5 (see DefaultRunLease for the margins).
 	Lease time.Duration
 	// Interrupted is told of each run this replica reaped (already FAILED "interrupted" in the
 	// store), to tell its user; it must not block for long.
@@ -65,9 +76,9 @@ func NewLeases(cfg LeasesConfig) (*Leases, error) {
 	return &Leases{cfg: cfg, log: cfg.Logger.With("component", "leases", "owner", cfg.Owner)}, nil
 }
 
-// Run renews and reaps every Lease/4 until ctx ends.
+// Run renews and reaps every Lease/5 until ctx ends.
 func (l *Leases) Run(ctx context.Context) {
-	t := time.NewTicker(l.cfg.Lease / 4)
+	t := time.NewTicker(leaseRound(l.cfg.Lease))
 	defer t.Stop()
 	for {
 		select {
@@ -79,10 +90,10 @@ func (l *Leases) Run(ctx context.Context) {
 	}
 }
 
-// Round renews this replica's leases, then reaps the runs whose lease passed. Failures are
-// logged; the next round tries again.
+// Round renews this replica's leases, then reaps the runs whose lease passed more than the grace
+// period ago. Failures are logged; the next round tries again.
 func (l *Leases) Round(ctx context.Context) {
-	wait := l.cfg.Lease / 4
+	wait := leaseRound(l.cfg.Lease)
 	rctx, cancel := context.WithTimeout(ctx, wait)
 	_, err := l.cfg.Store.RenewRunLeases(rctx, l.cfg.Owner, l.cfg.Now().Add(l.cfg.Lease))
 	cancel()
@@ -90,7 +101,7 @@ func (l *Leases) Round(ctx context.Context) {
 		l.log.Warn("could not renew run leases; if this goes on for a lease, other replicas fail this replica's runs", "err", err)
 	}
 	rctx, cancel = context.WithTimeout(ctx, wait)
-	reaped, err := l.cfg.Store.ReapExpiredRuns(rctx, l.cfg.Now())
+	reaped, err := l.cfg.Store.ReapExpiredRuns(rctx, l.cfg.Now().Add(-leaseGrace(l.cfg.Lease)))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {

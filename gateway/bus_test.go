@@ -234,12 +234,13 @@ func TestBusReaperEndsRunsOfADeadReplica(t *testing.T) {
 	sess := a.env.session(u, "t")
 	onB := b.env.mustWS(tok)
 	now := time.Now()
-	dead, err := a.env.st.CreateRun(ctx, store.Run{SessionID: sess.ID, Channel: "desktop", LeaseOwner: "dead", LeaseUntil: now.Add(-time.Second)})
+	// Past the 4 s lease's grace of 1 s.
+	dead, err := a.env.st.CreateRun(ctx, store.Run{SessionID: sess.ID, Channel: "desktop", LeaseOwner: "dead", LeaseUntil: now.Add(-2 * time.Second)})
 	require.NoError(t, err)
 	chatSess, err := a.env.st.CreateSession(ctx, store.Session{UserID: "wechat:o1", Channel: "wechat"})
 	require.NoError(t, err)
 	origin := originOf(channels.Message{Channel: "wechat", ID: "m1", ConversationID: "o1", Ref: "o1"})
-	chatRun, err := a.env.st.CreateRun(ctx, store.Run{SessionID: chatSess.ID, Channel: "wechat", LeaseOwner: "dead", LeaseUntil: now.Add(-time.Second), Origin: origin})
+	chatRun, err := a.env.st.CreateRun(ctx, store.Run{SessionID: chatSess.ID, Channel: "wechat", LeaseOwner: "dead", LeaseUntil: now.Add(-2 * time.Second), Origin: origin})
 	require.NoError(t, err)
 	alive, err := a.env.st.CreateRun(ctx, store.Run{SessionID: chatSess.ID, Channel: "wechat", LeaseOwner: "live", LeaseUntil: now.Add(time.Hour)})
 	require.NoError(t, err)
@@ -364,8 +365,9 @@ func (c *manualClock) add(d time.Duration) {
 
 // With an injected clock: a replica's runs — one executing for many lease periods, one stored and
 // queued behind it and not yet started — keep their leases for as long as the replica renews, while
-// another replica reaps every round; once the owner stops renewing, the other replica fails both
-// within one lease and a quarter.
+// another replica reaps every round; once the owner stops renewing, the other replica leaves them
+// alone for the lease and its grace (a quarter) and fails both in the next round: within 1.45
+// leases of the last renewal, 29 s for the default lease.
 func TestLeasesKeepLongAndQueuedRunsAlive(t *testing.T) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "citegate.db"), store.Options{})
 	require.NoError(t, err)
@@ -387,9 +389,9 @@ func TestLeasesKeepLongAndQueuedRunsAlive(t *testing.T) {
 		return l
 	}
 	a, b := newLeases("a"), newLeases("b")
-	// Ten lease periods of rounds, every lease/4 as Run ticks, the reaping replica's first.
-	for range 40 {
-		clk.add(lease / 4)
+	// Ten lease periods of rounds, every lease/5 as Run ticks, the reaping replica's first.
+	for range 50 {
+		clk.add(leaseRound(lease))
 		b.Round(ctx)
 		a.Round(ctx)
 	}
@@ -400,13 +402,18 @@ func TestLeasesKeepLongAndQueuedRunsAlive(t *testing.T) {
 		assert.Equal(t, store.PhaseRunning, r.Phase)
 		assert.Equal(t, clk.now().Add(lease), r.LeaseUntil.UTC(), "renewed to a lease from now")
 	}
-	// Replica a stops renewing (it died): b fails both once the last renewal's lease has passed.
+	// Replica a stops renewing (it died): b fails both once the last renewal's lease and its grace
+	// have passed.
 	clk.add(lease)
 	b.Round(ctx)
 	assert.Empty(t, reaped, "exactly one lease after the last renewal the runs are still covered")
-	clk.add(lease / 4)
+	clk.add(leaseGrace(lease))
+	b.Round(ctx)
+	assert.Empty(t, reaped, "and for the grace period after it")
+	clk.add(leaseRound(lease))
 	b.Round(ctx)
 	assert.ElementsMatch(t, []string{"b:" + long.ID, "b:" + queued.ID}, reaped)
+	assert.LessOrEqual(t, lease+leaseGrace(lease)+leaseRound(lease), 30*time.Second, "no run stays RUNNING 30 s after its replica died")
 }
 
 // A user whose token changed or who was revoked on one replica loses its open connections on every
