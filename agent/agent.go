@@ -76,6 +76,18 @@ type Config struct {
 	Logger      *slog.Logger
 	Now         func() time.Time
 	Lang        string // "zh" (default) or "en": language of the system prompt and of run errors
+	// Order, when set, keeps the turns of a session in order across the replicas of one database:
+	// before a run starts, the worker waits (Order.WaitTurn) until no earlier turn of the session
+	// runs or waits on another replica. Unset (one process, bbolt) nothing waits and nothing is
+	// read; this agent's own queue orders a session's turns either way.
+	Order TurnOrder
+}
+
+// TurnOrder holds a stored turn back while an earlier turn of its session runs elsewhere.
+// WaitTurn returns nil once the run may start, or ctx's error when ctx ends first (Cancel, Close);
+// it must not hold a database connection while it waits.
+type TurnOrder interface {
+	WaitTurn(ctx context.Context, sessionID, runID string) error
 }
 
 // Agent runs turns: one run at a time per session, in submission order, many sessions at once.
@@ -300,9 +312,14 @@ func (a *Agent) worker(sessionID string, q *sessionQueue) {
 		h := q.pending[0]
 		q.pending[0] = nil
 		q.pending = q.pending[1:]
-		q.running = h
 		a.mu.Unlock()
 
+		if a.cfg.Order != nil {
+			a.awaitTurn(h)
+		}
+		a.mu.Lock()
+		q.running = h
+		a.mu.Unlock()
 		h.outcome = a.execute(h)
 		h.cancel()
 		// The run is no longer the session's running one before anyone learns it is done, so a
@@ -311,6 +328,26 @@ func (a *Agent) worker(sessionID string, q *sessionQueue) {
 		q.running = nil
 		a.mu.Unlock()
 		close(h.done)
+	}
+}
+
+// awaitTurn stores a turn the caller did not store (its USER message and RUNNING run: its place
+// in the session's order) and waits until no earlier turn of the session runs on another replica.
+// While it waits the turn is not the session's running run here, so /stop and chat.cancel reach
+// the run that is actually answering, wherever it is. Cancel of the run itself cannot reach it
+// yet; Close ends the wait and the run then ends CANCELLED, as a queued turn does. When storing
+// fails the turn is left to execute, which stores it (or reports why not) as without Order.
+func (a *Agent) awaitTurn(h *RunHandle) {
+	if !h.turn.Stored() {
+		rs := &runState{a: a, h: h, pctx: context.WithoutCancel(h.ctx)}
+		if err := rs.startTurn(); err != nil {
+			a.log.Warn("could not store the turn before waiting for its session's earlier turns", "run", h.ID, "session", h.SessionID, "err", err)
+			return
+		}
+		h.turn.UserMessageID, h.turn.RunID = rs.out.UserMessageID, h.ID
+	}
+	if err := a.cfg.Order.WaitTurn(h.ctx, h.SessionID, h.ID); err != nil && h.ctx.Err() == nil {
+		a.log.Warn("waiting for the session's earlier turns failed; the run starts", "run", h.ID, "session", h.SessionID, "err", err)
 	}
 }
 

@@ -68,8 +68,10 @@ func (s *Server) RunInterrupted(r store.Run) {
 }
 
 // RunInterrupted tells the chat conversation of a reaped run that its answer stopped, through the
-// conversation's channel (one of chans) and its reply queue. Runs without a recorded origin (desktop
-// runs, runs of an older version) have no conversation to tell.
+// conversation's channel (one of chans). The notice does not queue behind the conversation's replies
+// here: those are of later turns, which waited for the reaped run (bus_order.go) and answer after
+// it. Runs without a recorded origin (desktop runs, runs of an older version) have no conversation
+// to tell.
 func (d *Dispatcher) RunInterrupted(r store.Run, chans []channels.Channel) {
 	if len(r.Origin) == 0 {
 		return
@@ -81,7 +83,11 @@ func (d *Dispatcher) RunInterrupted(r store.Run, chans []channels.Channel) {
 	}
 	for _, ch := range chans {
 		if ch.Name() == o.Channel {
-			d.notice(ch, o.message(ch), o.Channel+":"+o.ConversationID, noticeInterrupted)
+			d.wg.Add(1)
+			go func() {
+				defer d.wg.Done()
+				d.send(d.ctx, ch, o.message(ch), noticeInterrupted)
+			}()
 			return
 		}
 	}

@@ -33,7 +33,9 @@ type packetBus struct {
 	pk      packer
 	ready   atomic.Bool
 	running atomic.Bool
-	m       busMetrics
+	// ended is told of every session whose run another replica ended (OnRunEnded).
+	ended atomic.Pointer[func(sessionID string)]
+	m     busMetrics
 }
 
 type busMetrics struct {
@@ -103,6 +105,21 @@ func (b *packetBus) PublishCancel(sessionID string) {
 	}
 }
 
+// PublishRunEnded tells the other replicas that a run of the session ended, so that a turn of the
+// session waiting there starts (bus_order.go).
+func (b *packetBus) PublishRunEnded(sessionID string) {
+	if sessionID == "" || len(sessionID) > maxUserFrameBytes {
+		return
+	}
+	if !b.out.push(busItem{ended: sessionID}) {
+		b.m.dropped.Inc()
+	}
+}
+
+// OnRunEnded registers fn for the sessions whose run another replica ended. fn is called from the
+// receive goroutine and must not block.
+func (b *packetBus) OnRunEnded(fn func(sessionID string)) { b.ended.Store(&fn) }
+
 // PublishUserFrame queues a websocket frame for every client of the user on the other replicas.
 // A frame too large for a packet is dropped (counted and logged): the frames sent this way are a
 // session's title and id, far below the bound.
@@ -164,6 +181,11 @@ func (b *packetBus) Run(ctx context.Context, h BusHandler) error {
 		}
 		for _, uid := range got.closes {
 			h.RemoteCloseUser(uid)
+		}
+		if fn := b.ended.Load(); fn != nil {
+			for _, sid := range got.ended {
+				(*fn)(sid)
+			}
 		}
 	}
 	err := b.tr.listen(ctx, deliver, func(ok bool) { b.ready.Store(ok) })

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +17,10 @@ import (
 // The bus wire format: one packet per notification, JSON, at most maxPacketBytes (PostgreSQL caps
 // a NOTIFY payload at 8000 bytes). A packet carries a batch of events and cancel requests:
 //
-//	{"r":"<replica>","q":<seq>,"u":[{"u":"<user id>","f":<frame>},…],"e":[<event>,…],"c":["<session id>",…],"x":["<user id>",…]}
+//	{"r":"<replica>","q":<seq>,"u":[{"u":"<user id>","f":<frame>},…],"e":[<event>,…],"c":["<session id>",…],"x":["<user id>",…],"d":["<session id>",…]}
+//
+// "d" names sessions a run of which ended on the sender (completed, failed, cancelled or reaped):
+// a turn of the session waiting on the receiver looks again (bus_order.go).
 //
 // "x" names users whose websocket connections every replica closes (a token rotated or a user
 // revoked, by a replica's admin socket or by `citegate user` straight on the database).
@@ -69,6 +73,7 @@ type busPacket struct {
 	Events  []json.RawMessage `json:"e,omitempty"`
 	Cancel  []string          `json:"c,omitempty"`
 	Close   []string          `json:"x,omitempty"`
+	Ended   []string          `json:"d,omitempty"`
 	Frag    *busFragment      `json:"f,omitempty"`
 }
 
@@ -79,12 +84,13 @@ type busFragment struct {
 	Data  []byte `json:"d"`
 }
 
-// busItem is one queued publication: an event, a user frame, a user whose connections close, or
-// else a cancel request.
+// busItem is one queued publication: an event, a user frame, a user whose connections close, a
+// session whose run ended, or else a cancel request.
 type busItem struct {
 	ev        *agent.Event
 	user      *userFrame
 	closeUser string
+	ended     string
 	cancel    string
 }
 
@@ -180,7 +186,7 @@ func (p *packer) pack(items []busItem) ([][]byte, error) {
 	cur := busPacket{Replica: p.replica}
 	size := packetOverhead
 	flush := func() error {
-		if len(cur.Events) == 0 && len(cur.Cancel) == 0 && len(cur.Users) == 0 && len(cur.Close) == 0 {
+		if len(cur.Events) == 0 && len(cur.Cancel) == 0 && len(cur.Users) == 0 && len(cur.Close) == 0 && len(cur.Ended) == 0 {
 			return nil
 		}
 		p.seq++
@@ -221,24 +227,23 @@ func (p *packer) pack(items []busItem) ([][]byte, error) {
 			size += len(raw) + 1
 			continue
 		}
-		if it.closeUser != "" {
-			if len(it.closeUser)+size+4 > maxPacketBytes {
-				if err := flush(); err != nil {
-					return nil, err
-				}
-			}
-			cur.Close = append(cur.Close, it.closeUser)
-			size += len(it.closeUser) + 4
-			continue
-		}
 		if it.ev == nil {
-			if len(it.cancel)+size+4 > maxPacketBytes {
+			// A user to disconnect, a session whose run ended, or a cancel: one id in a list.
+			id := cmp.Or(it.closeUser, it.ended, it.cancel)
+			if len(id)+size+4 > maxPacketBytes {
 				if err := flush(); err != nil {
 					return nil, err
 				}
 			}
-			cur.Cancel = append(cur.Cancel, it.cancel)
-			size += len(it.cancel) + 4
+			switch {
+			case it.closeUser != "":
+				cur.Close = append(cur.Close, id)
+			case it.ended != "":
+				cur.Ended = append(cur.Ended, id)
+			default:
+				cur.Cancel = append(cur.Cancel, id)
+			}
+			size += len(id) + 4
 			continue
 		}
 		for _, ev := range splitDelta(*it.ev) {
@@ -375,6 +380,7 @@ type unpacked struct {
 	events  []agent.Event // desktop run events, Channel set
 	cancels []string      // session ids whose run is to be cancelled
 	closes  []string      // user ids whose connections close
+	ended   []string      // session ids whose run ended on the sender
 }
 
 // unpack decodes one notification payload. It returns the user frames, events and cancel requests
@@ -450,18 +456,8 @@ func (u *unpacker) unpack(payload []byte) (unpacked, error) {
 		}
 		evs = append(evs, *ev)
 	}
-	var cancels []string
-	for _, sid := range p.Cancel {
-		if sid = strings.TrimSpace(sid); sid != "" {
-			cancels = append(cancels, sid)
-		}
-	}
-	var closes []string
-	for _, uid := range p.Close {
-		if uid = strings.TrimSpace(uid); uid != "" {
-			closes = append(closes, uid)
-		}
-	}
+	cancels := nonEmpty(p.Cancel)
+	closes, ended := nonEmpty(p.Close), nonEmpty(p.Ended)
 	var users []userFrame
 	if p.Frag == nil {
 		for _, raw := range p.Users {
@@ -473,5 +469,16 @@ func (u *unpacker) unpack(payload []byte) (unpacked, error) {
 			users = append(users, uf)
 		}
 	}
-	return unpacked{users: users, events: evs, cancels: cancels, closes: closes}, nil
+	return unpacked{users: users, events: evs, cancels: cancels, closes: closes, ended: ended}, nil
+}
+
+// nonEmpty returns the ids of a packet's list, trimmed, without empty ones.
+func nonEmpty(ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if id = strings.TrimSpace(id); id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
 }

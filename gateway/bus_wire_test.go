@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -259,4 +260,32 @@ func FuzzBusUnpack(f *testing.F) {
 			_ = raw
 		}
 	})
+}
+
+// Sessions whose run ended travel as their own list, apart from cancels and user disconnects,
+// many to a packet and on to the next packet when one is full.
+func TestPackUnpackRunEnded(t *testing.T) {
+	var items []busItem
+	var want []string
+	for i := range 400 {
+		sid := fmt.Sprintf("session-%03d-%s", i, strings.Repeat("x", 20))
+		want = append(want, sid)
+		items = append(items, busItem{ended: sid})
+	}
+	items = append(items, busItem{cancel: "s-c"}, busItem{closeUser: "u-x"})
+	pk := packer{replica: "a"}
+	packets, err := pk.pack(items)
+	require.NoError(t, err)
+	require.Greater(t, len(packets), 1, "400 ids do not fit one packet")
+	un := newUnpacker("b", time.Now)
+	var ended, cancels, closes []string
+	for _, p := range packets {
+		assert.LessOrEqual(t, len(p), maxPacketBytes)
+		got, err := un.unpack(p)
+		require.NoError(t, err)
+		ended, cancels, closes = append(ended, got.ended...), append(cancels, got.cancels...), append(closes, got.closes...)
+	}
+	assert.Equal(t, want, ended)
+	assert.Equal(t, []string{"s-c"}, cancels)
+	assert.Equal(t, []string{"u-x"}, closes)
 }

@@ -53,7 +53,7 @@ func cmdAsk(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		return err
 	}
 	defer st.Close()
-	cr, err := buildCore(cfg, st, log)
+	cr, err := buildCore(cfg, st, nil, log)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/citegate/citegate/agent"
 	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/gateway"
 	"github.com/citegate/citegate/store"
@@ -21,6 +22,7 @@ type replicaSet struct {
 	st     store.Backend
 	owner  string
 	bus    *gateway.PGBus
+	order  *gateway.TurnOrder
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -40,7 +42,12 @@ func newReplicaSet(cfg Config, st store.Backend, reg prometheus.Registerer, log 
 	if err != nil {
 		return nil, err
 	}
-	r := &replicaSet{cfg: cfg, st: st, owner: o.Owner(), bus: bus, log: log}
+	order, err := gateway.NewTurnOrder(gateway.TurnOrderConfig{Store: st, Owner: o.Owner(), Bus: bus, Registerer: reg, Logger: log})
+	if err != nil {
+		bus.Close()
+		return nil, err
+	}
+	r := &replicaSet{cfg: cfg, st: st, owner: o.Owner(), bus: bus, order: order, log: log}
 	// The bus and the reaper outlive the HTTP server: runs cancelled during shutdown still reach
 	// other replicas' clients, and stop ends them after the agent has concluded its runs.
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -53,6 +60,24 @@ func (r *replicaSet) gatewayBus() gateway.Bus {
 		return nil
 	}
 	return r.bus
+}
+
+// turnOrder is the agent's Config.Order: a session's turns start in the order they were stored,
+// whichever replica took them. nil with bbolt.
+func (r *replicaSet) turnOrder() agent.TurnOrder {
+	if r == nil {
+		return nil
+	}
+	return r.order
+}
+
+// watch tells the turn order of every run the agent ends, here and (over the bus) on the other
+// replicas.
+func (r *replicaSet) watch(ag *agent.Agent) {
+	if r == nil {
+		return
+	}
+	ag.Subscribe(r.order.AgentEvent)
 }
 
 // dispatchAgent makes the dispatcher's /stop reach a run executing on another replica.
@@ -73,6 +98,7 @@ func (r *replicaSet) start(srv *gateway.Server, disp *gateway.Dispatcher, chans 
 		Interrupted: func(run store.Run) {
 			srv.RunInterrupted(run)
 			disp.RunInterrupted(run, chans)
+			r.order.RunEnded(run.SessionID)
 		}})
 	if err != nil {
 		return err

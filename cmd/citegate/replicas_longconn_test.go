@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -188,6 +190,96 @@ func TestReplicasLongConnectionChannels(t *testing.T) {
 	require.NoError(t, dt.Await(wctx, func() bool { return deliveriesTo("cid-r") >= 2 }), logs())
 	assert.Equal(t, 2, deliveriesTo("cid-r"), "one answer per message: %v", dt.Deliveries())
 	assert.Len(t, runsOf("dingtalk:cid-r"), 2)
+
+	// 3b. Turn order across replicas: a Feishu message held by the model on replica a; the next
+	// message of the same chat pushed to replica b is acked at once and stored, but waits for the
+	// first run to end before its own starts; then a DingTalk chat the same way. The answers come
+	// in turn order and the model never works on both turns of a chat at once.
+	ordered := func(first, second string) {
+		t.Helper()
+		log := llm.requests()
+		lastFirst, firstSecond := -1, -1
+		for i, e := range log {
+			if strings.HasSuffix(e, " "+first) {
+				lastFirst = i
+			}
+			if firstSecond < 0 && strings.HasSuffix(e, " "+second) {
+				firstSecond = i
+			}
+		}
+		require.GreaterOrEqual(t, lastFirst, 0, "%v", log)
+		require.GreaterOrEqual(t, firstSecond, 0, "%v", log)
+		assert.Less(t, lastFirst, firstSecond, "every model request of the second turn after the first turn's last: %v", log)
+	}
+	// waiting(n): the replicas' gauges together show n turns held back.
+	waiting := func(n int) func() bool {
+		return func() bool {
+			sum := 0
+			for _, p := range procs {
+				resp, err := http.Get(p.base + "/metrics")
+				if err != nil {
+					continue
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				for _, line := range strings.Split(string(body), "\n") {
+					var v int
+					if _, err := fmt.Sscanf(line, "citegate_turns_waiting %d", &v); err == nil {
+						sum += v
+					}
+				}
+			}
+			return sum == n
+		}
+	}
+	fq1, fq2 := holdWord+"：飞书第一问", "飞书第二问"
+	_, err = fs.PushOn(wctx, 0, feishufake.MessageEvent{MessageID: "om_o1", ChatID: "oc_o", Text: fq1}.JSON(), 1)
+	require.NoError(t, err)
+	waitHeld(t, llm)
+	ack, err := fs.PushOn(wctx, 1, feishufake.MessageEvent{MessageID: "om_o2", ChatID: "oc_o", Text: fq2}.JSON(), 1)
+	require.NoError(t, err, "the second message is acked while the first runs")
+	assert.Equal(t, 200, ack.Code)
+	waitFor(t, 60*time.Second, waiting(1), "the second Feishu turn did not wait: %s", logs)
+	oRuns := runsOf("feishu:oc_o")
+	require.Len(t, oRuns, 2)
+	assert.NotEqual(t, oRuns[0].LeaseOwner, oRuns[1].LeaseOwner, "two replicas took the two messages")
+	assert.Equal(t, store.PhaseRunning, oRuns[1].Phase, "the second turn is stored and waits")
+	assert.NotContains(t, llm.requests(), "start "+fq2, "the second turn does not run while the first does")
+
+	dq1, dq2 := holdWord+"：钉钉第一问", "钉钉第二问"
+	dmsg, _, err := dt.PushBotMessageOn(2, dingtalkfake.BotMessage("cid-o", "staff-o", dq1, false))
+	require.NoError(t, err)
+	waitHeld(t, llm)
+	dlater := dingtalkfake.BotMessage("cid-o", "staff-o", dq2, false)
+	dlater.SessionWebhook, dlater.SessionWebhookExpiredTime = dmsg.SessionWebhook, dmsg.SessionWebhookExpiredTime
+	_, dID, err := dt.PushBotMessageOn(0, dlater)
+	require.NoError(t, err)
+	require.NoError(t, dt.Await(wctx, func() bool { _, ok := dt.AckFor(dID); return ok }), logs())
+	waitFor(t, 60*time.Second, waiting(2), "the second DingTalk turn did not wait: %s", logs)
+	dRuns := runsOf("dingtalk:cid-o")
+	require.Len(t, dRuns, 2)
+	assert.NotEqual(t, dRuns[0].LeaseOwner, dRuns[1].LeaseOwner, "two replicas took the two messages")
+	assert.NotContains(t, llm.requests(), "start "+dq2)
+
+	llm.releaseAll()
+	completed("feishu:oc_o", 2)
+	completed("dingtalk:cid-o", 2)
+	ordered(fq1, fq2)
+	ordered(dq1, dq2)
+	require.NoError(t, dt.Await(wctx, func() bool { return deliveriesTo("cid-o") >= 2 }), logs())
+	var dTexts []string
+	for _, d := range dt.Deliveries() {
+		if d.ConversationID == "cid-o" {
+			dTexts = append(dTexts, d.Text)
+		}
+	}
+	require.Len(t, dTexts, 2)
+	assert.Contains(t, dTexts[0], "第二部分回答", "the held first answer is delivered first: %v", dTexts)
+	assert.Contains(t, dTexts[1], dq2, "the second answer second: %v", dTexts)
+	waitFor(t, 60*time.Second, func() bool { return repliesTo("om_o1") == 1 && repliesTo("om_o2") == 1 }, "the ordered turns were not answered: %s", logs)
+	oRuns = runsOf("feishu:oc_o")
+	assert.True(t, !oRuns[1].StartedAt.Before(oRuns[0].StartedAt))
+	llm.rearm()
 
 	// 4. Long and queued runs keep their leases. A Feishu question the model holds; a second
 	// question of the same chat over the same connection, stored RUNNING and queued behind it on

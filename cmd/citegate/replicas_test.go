@@ -37,6 +37,31 @@ type replicaLLM struct {
 	mu      sync.Mutex
 	release chan struct{}
 	held    chan string // the question of each request that started holding
+	log     []string    // "start <question>" and "end <question>" of every request, in order
+}
+
+func (l *replicaLLM) note(s string) {
+	l.mu.Lock()
+	l.log = append(l.log, s)
+	l.mu.Unlock()
+}
+
+// requests returns the log of requests so far.
+func (l *replicaLLM) requests() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.log...)
+}
+
+// rearm makes held questions wait again after releaseAll.
+func (l *replicaLLM) rearm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.release:
+		l.release = make(chan struct{})
+	default:
+	}
 }
 
 func newReplicaLLM(t *testing.T) *replicaLLM {
@@ -86,6 +111,8 @@ func (l *replicaLLM) serve(w http.ResponseWriter, r *http.Request) {
 			sawTool = true
 		}
 	}
+	l.note("start " + question)
+	defer l.note("end " + question)
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
 	write := func(s string) { _, _ = io.WriteString(w, s); fl.Flush() }
@@ -94,8 +121,11 @@ func (l *replicaLLM) serve(w http.ResponseWriter, r *http.Request) {
 	case strings.Contains(question, holdWord):
 		write(llmChunk(map[string]any{"content": "第一部分回答，"}, nil))
 		l.held <- question
+		l.mu.Lock()
+		release := l.release
+		l.mu.Unlock()
 		select {
-		case <-l.release:
+		case <-release:
 		case <-r.Context().Done():
 			return
 		}
@@ -350,6 +380,22 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	_, err = wxA.SendText(ctx, "openid-k", holdWord+"：微信里的问题", 7101, wechatfake.Delivery{})
 	require.NoError(t, err)
 	waitHeld(t, llm)
+	// The user's next message reaches B, which stores it and holds it back behind A's run.
+	const afterKill = "A 停了之后的问题"
+	_, err = wxB.SendText(ctx, "openid-k", afterKill, 7102, wechatfake.Delivery{})
+	require.NoError(t, err)
+	waitUntil(t, 60*time.Second, func() bool {
+		resp, err := http.Get(b.base + "/metrics")
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(body), "\ncitegate_turns_waiting 1\n")
+	}, "B did not hold the second WeChat message back: %s", b.logs)
+	for _, q := range llm.requests() {
+		require.NotContains(t, q, afterKill, "the waiting turn does not run while A's run is RUNNING")
+	}
 	require.NoError(t, a.cmd.Process.Kill())
 	<-a.done
 	fin = onB.until(sid3, "run.finished")
@@ -366,20 +412,26 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 		r, err := st.ActiveRun(ctx, killedChat)
 		return err != nil && r.ID == ""
 	}, "the WeChat run of the killed replica stayed RUNNING: %s", b.logs)
+	// The reaped run released the turn waiting on B: it ran and was answered, after the notice.
 	kRuns, err := st.ListRuns(ctx, killedChat)
 	require.NoError(t, err)
-	require.Len(t, kRuns, 1)
+	require.Len(t, kRuns, 2)
 	assert.Equal(t, store.PhaseFailed, kRuns[0].Phase)
 	assert.Equal(t, store.ErrorInterrupted, kRuns[0].Error)
-	msgs, err = waitMessages(wx, before+1)
+	assert.Equal(t, store.PhaseCompleted, kRuns[1].Phase)
+	msgs, err = waitMessages(wx, before+2)
 	require.NoError(t, err)
-	told := false
-	for _, m := range msgs[before:] {
-		if m.ToUser == "openid-k" && strings.Contains(m.Content, "中断") {
-			told = true
+	told, answered := -1, -1
+	for i, m := range msgs[before:] {
+		if m.ToUser == "openid-k" && strings.Contains(m.Content, "中断") && told < 0 {
+			told = i
+		}
+		if m.ToUser == "openid-k" && strings.Contains(m.Content, afterKill) && answered < 0 {
+			answered = i
 		}
 	}
-	assert.True(t, told, "the WeChat user of the interrupted run is told: %v", msgs[before:])
+	assert.GreaterOrEqual(t, told, 0, "the WeChat user of the interrupted run is told: %v", msgs[before:])
+	assert.Greater(t, answered, told, "then the held-back message is answered: %v", msgs[before:])
 
 	// The run held on B all along was never touched by the reaper and completes when released.
 	llm.releaseAll()

@@ -47,25 +47,25 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return err
 	}
 	defer st.Close()
-	cr, err := buildCore(cfg, st, log)
+	reg := prometheus.NewRegistry()
+	// Several replicas on one PostgreSQL database (replicas.go): stopped after the deferred
+	// gateway.Shutdown below, before the store closes.
+	reps, err := newReplicaSet(cfg, st, reg, log)
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
+	defer reps.stop()
+	cr, err := buildCore(cfg, st, reps.turnOrder(), log)
+	if err != nil {
+		return err
+	}
+	reps.watch(cr.Agent)
 	// /share hands out links only when the operator said how the server is reached from outside;
 	// the default (http://<addr>) is a loopback address more often than not.
 	sharePublicURL := ""
 	if cfg.PublicURLSet {
 		sharePublicURL = cfg.PublicURL
 	}
-	// Several replicas on one PostgreSQL database (replicas.go): stopped after the deferred
-	// gateway.Shutdown below, before the store closes.
-	reps, err := newReplicaSet(cfg, st, reg, log)
-	if err != nil {
-		closeAgent(cr.Agent, log)
-		return err
-	}
-	defer reps.stop()
 	disp, err := gateway.NewDispatcher(gateway.DispatcherConfig{
 		Store: st, Agent: reps.dispatchAgent(cr.Agent), PublicURL: sharePublicURL, SourcesFooter: cfg.Channels.SourcesFooter,
 		Registerer: reg, Logger: log,

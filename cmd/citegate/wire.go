@@ -25,7 +25,8 @@ type core struct {
 }
 
 // buildCore assembles search, fetch and the model from the configuration.
-func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
+// order keeps a session's turns in order across replicas (nil: one process).
+func buildCore(c Config, st agent.Store, order agent.TurnOrder, log *slog.Logger) (*core, error) {
 	corpus, err := tools.LoadCorpus(c.KB, c.PublicURL)
 	if err != nil {
 		return nil, fmt.Errorf("knowledge corpus: %w", err)
@@ -63,6 +64,7 @@ func buildCore(c Config, st agent.Store, log *slog.Logger) (*core, error) {
 		MaxRounds: c.MaxRounds,
 		Logger:    log,
 		Lang:      c.Lang,
+		Order:     order,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)

@@ -645,6 +645,22 @@ func (s *Server) PushBotMessage(m chatbot.BotCallbackDataModel) (chatbot.BotCall
 	return m, id, err
 }
 
+// PushBotMessageOn sends a bot message as a CALLBACK frame on the i-th live connection, counted in
+// the order the connections were accepted, and returns the message as sent and the frame's id.
+func (s *Server) PushBotMessageOn(i int, m chatbot.BotCallbackDataModel) (chatbot.BotCallbackDataModel, string, error) {
+	m = s.withWebhook(m)
+	data, err := json.Marshal(m)
+	if err != nil {
+		return m, "", fmt.Errorf("dingtalkfake: encode bot message: %w", err)
+	}
+	conns := s.live()
+	if i < 0 || i >= len(conns) {
+		return m, "", fmt.Errorf("dingtalkfake: no live connection %d (%d live)", i, len(conns))
+	}
+	id, err := s.sendFrameOn(conns[i], "CALLBACK", payload.BotMessageCallbackTopic, string(data))
+	return m, id, err
+}
+
 // PushBotMessageEach sends the same bot message (one msgId, one session webhook) as a CALLBACK
 // frame on every live connection at once, each frame with its own headers.messageId, and returns
 // the message as sent and the frame ids in connection order (their acks: AckFor). DingTalk hands a

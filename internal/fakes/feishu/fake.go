@@ -723,6 +723,24 @@ func (s *Server) Push(ctx context.Context, event []byte, parts int) (Ack, error)
 	return s.pushOn(ctx, conn, event, parts)
 }
 
+// PushOn sends event over the i-th open long connection, counted in the order the connections were
+// opened, and waits for its ack: with one connection per replica, started one after the other,
+// that is the i-th replica.
+func (s *Server) PushOn(ctx context.Context, i int, event []byte, parts int) (Ack, error) {
+	s.mu.Lock()
+	var open []*wsConn
+	for _, c := range s.conns {
+		if !c.closed {
+			open = append(open, c)
+		}
+	}
+	s.mu.Unlock()
+	if i < 0 || i >= len(open) {
+		return Ack{}, fmt.Errorf("feishufake: no long connection %d (%d open)", i, len(open))
+	}
+	return s.pushOn(ctx, open[i], event, parts)
+}
+
 // PushEach sends the same event over every open long connection at once, each push a frame of its
 // own (its own frame message_id, as a re-push has), and waits for every ack; the acks come back in
 // connection order. Feishu hands an event to one of an app's connections at random and pushes it
