@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -338,6 +339,12 @@ func (a *Agent) worker(sessionID string, q *sessionQueue) {
 // yet; Close ends the wait and the run then ends CANCELLED, as a queued turn does. When storing
 // fails the turn is left to execute, which stores it (or reports why not) as without Order.
 func (a *Agent) awaitTurn(h *RunHandle) {
+	defer func() {
+		// Like execute, the worker never dies of a bug: the run goes on and execute concludes it.
+		if r := recover(); r != nil {
+			a.log.Error("waiting for the session's earlier turns panicked; the run starts", "run", h.ID, "session", h.SessionID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
 	if !h.turn.Stored() {
 		rs := &runState{a: a, h: h, pctx: context.WithoutCancel(h.ctx)}
 		if err := rs.startTurn(); err != nil {

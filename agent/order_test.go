@@ -96,3 +96,24 @@ func TestOrderWaitEndsOnClose(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, store.PhaseCancelled, r.Phase)
 }
+
+// panicOrder is a TurnOrder with a bug.
+type panicOrder struct{}
+
+func (panicOrder) WaitTurn(context.Context, string, string) error { panic("bug in the turn order") }
+
+// A panic in the turn order does not kill the session's worker: the turn runs as without it.
+func TestOrderPanicDoesNotStopTheTurn(t *testing.T) {
+	st := openStore(t)
+	sid := newSession(t, st)
+	a := newAgent(t, Config{Store: st, Model: newFakeLLM(t, textStream("答案"), textStream("答案二")).model(t), Order: panicOrder{}})
+	for _, q := range []string{"问题", "问题二"} {
+		h, err := a.Submit(context.Background(), Turn{SessionID: sid, Text: q, Channel: "desktop"})
+		require.NoError(t, err)
+		out := wait(t, h)
+		require.Equal(t, store.PhaseCompleted, out.Phase, out.Error)
+	}
+	msgs, err := st.ListMessages(context.Background(), sid)
+	require.NoError(t, err)
+	assert.Len(t, msgs, 4, "each turn stored once")
+}

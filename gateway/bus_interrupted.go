@@ -68,28 +68,39 @@ func (s *Server) RunInterrupted(r store.Run) {
 }
 
 // RunInterrupted tells the chat conversation of a reaped run that its answer stopped, through the
-// conversation's channel (one of chans). The notice does not queue behind the conversation's replies
-// here: those are of later turns, which waited for the reaped run (bus_order.go) and answer after
-// it. Runs without a recorded origin (desktop runs, runs of an older version) have no conversation
-// to tell.
+// conversation's channel (one of chans), and then TurnDone. The notice does not queue behind the
+// conversation's replies here: those are of later turns, which waited for the reaped run
+// (bus_order.go) and answer after it. Runs without a recorded origin (desktop runs, runs of an
+// older version) have no conversation to tell.
 func (d *Dispatcher) RunInterrupted(r store.Run, chans []channels.Channel) {
-	if len(r.Origin) == 0 {
+	ch, m, ok := d.interruptedChat(r, chans)
+	if !ok {
+		d.turnDone(r.SessionID)
 		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer d.turnDone(r.SessionID)
+		d.send(d.ctx, ch, m, noticeInterrupted)
+	}()
+}
+
+// interruptedChat is the channel and message to answer for a reaped run, if it has a chat to tell.
+func (d *Dispatcher) interruptedChat(r store.Run, chans []channels.Channel) (channels.Channel, channels.Message, bool) {
+	if len(r.Origin) == 0 {
+		return nil, channels.Message{}, false
 	}
 	var o runOrigin
 	if err := json.Unmarshal(r.Origin, &o); err != nil || o.Channel == "" || o.ConversationID == "" {
 		d.log.Warn("interrupted run: unreadable origin; its conversation is not told", "run", r.ID, "err", err)
-		return
+		return nil, channels.Message{}, false
 	}
 	for _, ch := range chans {
 		if ch.Name() == o.Channel {
-			d.wg.Add(1)
-			go func() {
-				defer d.wg.Done()
-				d.send(d.ctx, ch, o.message(ch), noticeInterrupted)
-			}()
-			return
+			return ch, o.message(ch), true
 		}
 	}
 	d.log.Warn("interrupted run: its channel is not configured here; its conversation is not told", "run", r.ID, "channel", o.Channel)
+	return nil, channels.Message{}, false
 }

@@ -22,10 +22,14 @@ import (
 // lets it start as soon as that one is COMPLETED, FAILED, CANCELLED or reaped "interrupted".
 //
 // Nothing waits on the database: a wait is one indexed query (store.RunAhead), then sleep until
-// a run of the session ends — this replica's agent says so, another replica says so over the bus
-// (a "run ended" notice), the lease reaper says so —
-// or until DefaultTurnPoll passes, so that a lost notification delays a chat, never stalls it. The
-// platform's ack is not delayed: the dispatcher has stored and queued the turn before it returns.
+// a turn of the session is over — a chat turn once its answer (or the notice of its interruption)
+// has been handed to the platform (DispatcherConfig.TurnDone), a desktop run once it ended; on
+// this replica directly, on the others by a "run ended" notice over the bus — or until
+// DefaultTurnPoll passes, so that a lost notification delays a chat, never stalls it. Woken after
+// the delivery, the next turn's answer reaches the chat after the earlier one; only a poll that
+// falls between an earlier run's end and its delivery can let the next turn start before that
+// delivery (its model still sees the earlier answer, which is committed). The platform's ack is
+// not delayed: the dispatcher has stored and queued the turn before it returns.
 
 // DefaultTurnPoll is how often a waiting turn asks the database again when no notice came.
 const DefaultTurnPoll = 2 * time.Second
@@ -178,16 +182,18 @@ func (o *TurnOrder) wake(sessionID string) {
 	}
 }
 
-// RunEnded is told of every run that ended here (its conclusion committed, or a run of a dead
-// replica this replica reaped): turns waiting here look again, and the other replicas are told.
+// RunEnded is told of every turn that is over here (a desktop run ended, a chat turn's answer or
+// interruption notice delivered): turns of the session waiting here look again, and the other
+// replicas are told.
 func (o *TurnOrder) RunEnded(sessionID string) {
 	o.wake(sessionID)
 	o.cfg.Bus.PublishRunEnded(sessionID)
 }
 
-// AgentEvent is the agent subscriber: run.finished is committed when it is emitted.
+// AgentEvent is the agent subscriber for desktop runs (run.finished is committed when it is
+// emitted). Chat runs are reported by the dispatcher once their answer is delivered (TurnDone).
 func (o *TurnOrder) AgentEvent(ev agent.Event) {
-	if ev.Type == agent.EventRunFinished {
+	if ev.Type == agent.EventRunFinished && ev.Channel == "desktop" {
 		o.RunEnded(ev.SessionID)
 	}
 }

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +19,12 @@ import (
 	"github.com/citegate/citegate/store"
 )
 
-// holdMark in a question makes orderModel wait until the test releases that question.
-const holdMark = "【等】"
+// holdMark in a question makes orderModel wait until the test releases that question; failMark
+// makes it fail the answer (after the hold).
+const (
+	holdMark = "【等】"
+	failMark = "【错】"
+)
 
 // orderLog is the one record, across replicas, of what the models and the platform saw, in the
 // order it happened.
@@ -77,6 +83,9 @@ func (m *orderModel) Generate(ctx context.Context, req agent.ModelRequest, onDel
 		}
 	}
 	m.log.add("end " + q)
+	if strings.Contains(q, failMark) {
+		return agent.ModelResponse{}, errors.New("the model failed")
+	}
 	return agent.ModelResponse{Text: "答复：" + q}, nil
 }
 
@@ -140,7 +149,7 @@ func newOrderReplica(t *testing.T, url, name string, log *orderLog, poll time.Du
 	ag, err := agent.New(agent.Config{Store: st, Model: model, Order: order})
 	require.NoError(t, err)
 	ag.Subscribe(order.AgentEvent)
-	disp, err := NewDispatcher(DispatcherConfig{Store: st, Agent: ag, Logger: slog.New(slog.DiscardHandler)})
+	disp, err := NewDispatcher(DispatcherConfig{Store: st, Agent: ag, TurnDone: order.RunEnded, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	bctx, cancel := context.WithCancel(ctx)
 	busDone := make(chan struct{})
@@ -204,8 +213,9 @@ func waitHeldQ(t *testing.T, m *orderModel) string {
 
 // Two replicas on one PostgreSQL database take the messages of one chat: message 1 runs on A (the
 // model holds it), message 2 reaches B. B acks at once and stores the turn, but its run starts only
-// when A's has ended — woken by A's notice over the bus (polling is set far beyond the test's
-// bounds, so only the notice can release it) — and the answers reach the chat in turn order.
+// when A's answer has been delivered — woken by A's notice over the bus, sent after the delivery
+// (polling is set far beyond the test's bounds, so only the notice can release it) — and the
+// answers reach the chat in turn order.
 func TestTurnOrderAcrossReplicasPG(t *testing.T) {
 	url := pgtest.Schema(t)
 	log := &orderLog{}
@@ -242,7 +252,8 @@ func TestTurnOrderAcrossReplicasPG(t *testing.T) {
 }
 
 // A turn waiting for a run whose replica died is released when a lease reaper fails that run
-// "interrupted": here B's own reaper, which tells B's waiting turn directly. A third replica (C)
+// "interrupted": here B's own reaper, which tells the chat and then B's waiting turn directly
+// (polling is set beyond the test's bounds, so the notice comes first). A third replica (C)
 // waits too and has only its poll to learn it, since the dead run's reaper is B: a lost or absent
 // notice delays a chat, never stalls it.
 func TestTurnOrderReleasedByReaperPG(t *testing.T) {
@@ -265,9 +276,11 @@ func TestTurnOrderReleasedByReaperPG(t *testing.T) {
 	waitCond(t, "B's turn to wait", func() bool { return b.order.Waiting() == 1 })
 	assert.Equal(t, -1, log.index("start 第二个问题"))
 
-	leases, err := NewLeases(LeasesConfig{Store: b.st, Owner: "replica-b", Lease: 400 * time.Millisecond, Interrupted: func(r store.Run) {
-		b.disp.RunInterrupted(r, []channels.Channel{b.ch})
-		b.order.RunEnded(r.SessionID)
+	// B's reaper with a clock 5 s ahead: the dead run's lease (200 ms) is past its grace at once,
+	// while B's own runs, renewed 10 s ahead, are never near theirs however slow the machine.
+	ahead := func() time.Time { return time.Now().Add(5 * time.Second) }
+	leases, err := NewLeases(LeasesConfig{Store: b.st, Owner: "replica-b", Lease: 10 * time.Second, Now: ahead, Interrupted: func(r store.Run) {
+		b.disp.RunInterrupted(r, []channels.Channel{b.ch}) // tells the chat, then TurnDone wakes B's turn
 	}})
 	require.NoError(t, err)
 	waitCond(t, "the dead replica's run to be reaped", func() bool {
@@ -288,7 +301,7 @@ func TestTurnOrderReleasedByReaperPG(t *testing.T) {
 	require.NoError(t, err)
 	c.handle(t, "m4", "第四个问题")
 	waitCond(t, "C's turn to wait", func() bool { return c.order.Waiting() == 1 })
-	leases2, err := NewLeases(LeasesConfig{Store: b.st, Owner: "replica-b", Lease: 400 * time.Millisecond})
+	leases2, err := NewLeases(LeasesConfig{Store: b.st, Owner: "replica-b", Lease: 10 * time.Second, Now: ahead})
 	require.NoError(t, err)
 	waitCond(t, "message 3's run to be reaped", func() bool {
 		leases2.Round(ctx)
@@ -296,4 +309,88 @@ func TestTurnOrderReleasedByReaperPG(t *testing.T) {
 		return err == nil && r.Phase == store.PhaseFailed
 	})
 	waitCond(t, "message 4's answer", func() bool { return log.index("reply 答复：第四个问题") >= 0 })
+}
+
+// An earlier turn that is cancelled, or fails, releases the next turn of its session on another
+// replica just as one that completes: after its ending reached the chat.
+func TestTurnOrderReleasedByCancelledAndFailedRunsPG(t *testing.T) {
+	url := pgtest.Schema(t)
+	log := &orderLog{}
+	a := newOrderReplica(t, url, "replica-a", log, time.Hour)
+	b := newOrderReplica(t, url, "replica-b", log, time.Hour)
+	ctx := context.Background()
+	// afterDelivery: the earlier turn's ending (an answer or a failure) reached the chat before the
+	// later turn's model started.
+	afterDelivery := func(earlier, later string) {
+		t.Helper()
+		got := log.snapshot()
+		end, delivered, start := log.index("end "+earlier), -1, log.index("start "+later)
+		require.GreaterOrEqual(t, end, 0, "%v", got)
+		for i := end + 1; i < len(got); i++ {
+			if strings.HasPrefix(got[i], "fail ") || strings.HasPrefix(got[i], "reply ") {
+				delivered = i
+				break
+			}
+		}
+		require.GreaterOrEqual(t, delivered, 0, "%v", got)
+		assert.Less(t, delivered, start, "%v", got)
+	}
+
+	q1, q2 := holdMark+"一", "二"
+	a.handle(t, "m1", q1)
+	waitHeldQ(t, a.model)
+	b.handle(t, "m2", q2)
+	waitCond(t, "B's turn to wait", func() bool { return b.order.Waiting() == 1 })
+	sid, err := a.st.ConversationSession(ctx, "wechat:openid-1")
+	require.NoError(t, err)
+	require.True(t, a.ag.Cancel(sid), "message 1 runs on A")
+	waitCond(t, "message 2's answer", func() bool { return log.index("reply 答复："+q2) >= 0 })
+	afterDelivery(q1, q2)
+
+	q3, q4 := holdMark+failMark+"三", "四"
+	a.handle(t, "m3", q3)
+	waitHeldQ(t, a.model)
+	b.handle(t, "m4", q4)
+	waitCond(t, "B's turn to wait", func() bool { return b.order.Waiting() == 1 })
+	assert.Equal(t, -1, log.index("start "+q4))
+	close(a.model.release)
+	waitCond(t, "message 4's answer", func() bool { return log.index("reply 答复："+q4) >= 0 })
+	afterDelivery(q3, q4)
+
+	runs, err := a.st.ListRuns(ctx, sid)
+	require.NoError(t, err)
+	var phases []store.Phase
+	for _, r := range runs {
+		phases = append(phases, r.Phase)
+	}
+	assert.Equal(t, []store.Phase{store.PhaseCancelled, store.PhaseCompleted, store.PhaseFailed, store.PhaseCompleted}, phases)
+}
+
+// fakeOrderBus records the run-ended notices a TurnOrder publishes.
+type fakeOrderBus struct {
+	mu    sync.Mutex
+	ended []string
+}
+
+func (b *fakeOrderBus) PublishRunEnded(sid string) {
+	b.mu.Lock()
+	b.ended = append(b.ended, sid)
+	b.mu.Unlock()
+}
+func (b *fakeOrderBus) OnRunEnded(func(string)) {}
+
+// A desktop run's end is announced when the agent reports it; a chat run's only once the
+// dispatcher delivered its answer (TurnDone calls RunEnded), not at run.finished.
+func TestTurnOrderAnnouncesDesktopRunsAtTheirEnd(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "citegate.db"), store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	bus := &fakeOrderBus{}
+	o, err := NewTurnOrder(TurnOrderConfig{Store: st, Owner: "a", Bus: bus})
+	require.NoError(t, err)
+	o.AgentEvent(agent.Event{Type: agent.EventRunFinished, SessionID: "s-desk", Channel: "desktop"})
+	o.AgentEvent(agent.Event{Type: agent.EventRunFinished, SessionID: "s-chat", Channel: "wechat"})
+	o.AgentEvent(agent.Event{Type: agent.EventRunStarted, SessionID: "s-desk2", Channel: "desktop"})
+	o.RunEnded("s-chat2")
+	assert.Equal(t, []string{"s-desk", "s-chat2"}, bus.ended)
 }

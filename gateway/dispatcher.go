@@ -49,6 +49,12 @@ type DispatcherConfig struct {
 	// DedupTTL is how long a platform message id is remembered; default 48h (platforms redeliver for
 	// up to ~6h, and DESIGN §6 asks for at least 24h).
 	DedupTTL time.Duration
+	// TurnDone, when set, is told the session of each chat turn that is over for its conversation:
+	// its answer (or failure) handed to the platform, the notice of a turn the agent refused, or the
+	// notice of a run a lease reaper interrupted (RunInterrupted). Several replicas set it to
+	// TurnOrder.RunEnded, so that the session's next turn starts after this answer reached the chat.
+	// Called from reply goroutines; it must not block.
+	TurnDone func(sessionID string)
 	// Registerer receives citegate_links_hidden_total; nil keeps the counter unregistered.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -256,10 +262,21 @@ func (d *Dispatcher) handle(ctx context.Context, ch channels.Channel, m channels
 		notice := submitNotice(err)
 		d.abandon(ctx, in.SeenKey, acc.Run.ID, notice, log)
 		d.notice(ch, m, convKey, notice)
+		d.queue(convKey, func(context.Context) { d.turnDone(sid) })
 		return
 	}
-	d.queueLocked(convKey, func(ctx context.Context) { p.run(ctx, h) })
+	d.queueLocked(convKey, func(ctx context.Context) {
+		defer d.turnDone(sid)
+		p.run(ctx, h)
+	})
 	d.qMu.Unlock()
+}
+
+// turnDone tells DispatcherConfig.TurnDone that a turn of the session is over for its chat.
+func (d *Dispatcher) turnDone(sessionID string) {
+	if d.cfg.TurnDone != nil {
+		d.cfg.TurnDone(sessionID)
+	}
 }
 
 // abandon ends a stored turn the agent did not take: its run is recorded FAILED with the reason the

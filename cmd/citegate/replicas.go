@@ -71,8 +71,17 @@ func (r *replicaSet) turnOrder() agent.TurnOrder {
 	return r.order
 }
 
-// watch tells the turn order of every run the agent ends, here and (over the bus) on the other
-// replicas.
+// turnDone is the dispatcher's TurnDone: a chat turn's answer is delivered, the session's next
+// turn may start, here or (over the bus) on another replica. nil with bbolt.
+func (r *replicaSet) turnDone() func(sessionID string) {
+	if r == nil {
+		return nil
+	}
+	return r.order.RunEnded
+}
+
+// watch tells the turn order of every desktop run the agent ends, here and (over the bus) on the
+// other replicas.
 func (r *replicaSet) watch(ag *agent.Agent) {
 	if r == nil {
 		return
@@ -98,7 +107,6 @@ func (r *replicaSet) start(srv *gateway.Server, disp *gateway.Dispatcher, chans 
 		Interrupted: func(run store.Run) {
 			srv.RunInterrupted(run)
 			disp.RunInterrupted(run, chans)
-			r.order.RunEnded(run.SessionID)
 		}})
 	if err != nil {
 		return err

@@ -412,7 +412,7 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 		r, err := st.ActiveRun(ctx, killedChat)
 		return err != nil && r.ID == ""
 	}, "the WeChat run of the killed replica stayed RUNNING: %s", b.logs)
-	// The reaped run released the turn waiting on B: it ran and was answered, after the notice.
+	// The reaped run released the turn waiting on B: it ran and was answered.
 	kRuns, err := st.ListRuns(ctx, killedChat)
 	require.NoError(t, err)
 	require.Len(t, kRuns, 2)
@@ -430,8 +430,10 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 			answered = i
 		}
 	}
+	// Their order is not asserted: B's 2 s poll may release the held turn between the reap and the
+	// notice's delivery (gateway's TestTurnOrderReleasedByReaperPG checks the order without polling).
 	assert.GreaterOrEqual(t, told, 0, "the WeChat user of the interrupted run is told: %v", msgs[before:])
-	assert.Greater(t, answered, told, "then the held-back message is answered: %v", msgs[before:])
+	assert.GreaterOrEqual(t, answered, 0, "and the held-back message is answered: %v", msgs[before:])
 
 	// The run held on B all along was never touched by the reaper and completes when released.
 	llm.releaseAll()

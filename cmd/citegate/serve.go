@@ -68,7 +68,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	}
 	disp, err := gateway.NewDispatcher(gateway.DispatcherConfig{
 		Store: st, Agent: reps.dispatchAgent(cr.Agent), PublicURL: sharePublicURL, SourcesFooter: cfg.Channels.SourcesFooter,
-		Registerer: reg, Logger: log,
+		TurnDone: reps.turnDone(), Registerer: reg, Logger: log,
 	})
 	if err != nil {
 		closeAgent(cr.Agent, log)
