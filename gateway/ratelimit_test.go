@@ -36,3 +36,20 @@ func TestAllowChatSaysWhenToRetry(t *testing.T) {
 	ok, _ = s.allowChat("other")
 	assert.True(t, ok, "budgets are per user")
 }
+
+// TestChatBurstScalesWithRate: a person's rate keeps a burst of 5; a high limit allows a second's
+// worth at once, so 64 sends in the same instant under 10,000,000 a minute are all admitted (they
+// were refused after the fifth).
+func TestChatBurstScalesWithRate(t *testing.T) {
+	assert.Equal(t, 5, chatBurst(20))
+	assert.Equal(t, 5, chatBurst(300))
+	assert.Equal(t, 6, chatBurst(301))
+	assert.Equal(t, 166667, chatBurst(10_000_000))
+	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	s := &Server{cfg: Config{Now: func() time.Time { return now }}, limiters: map[string]*rate.Limiter{},
+		limRate: rate.Limit(10_000_000.0 / 60), limBurst: chatBurst(10_000_000)}
+	for i := range 64 {
+		ok, _ := s.allowChat("u")
+		assert.True(t, ok, "send %d in the same instant", i+1)
+	}
+}

@@ -58,7 +58,8 @@ type Config struct {
 	// body that arrives slower is cut and the connection closed. A websocket, once upgraded, keeps
 	// its own keepalive deadlines instead. Default 30 s.
 	BodyReadTimeout time.Duration
-	// ChatRatePerMinute limits chat.send per user; default 20 with a burst of 5.
+	// ChatRatePerMinute limits chat.send per user; default 20. The burst is one second's worth of
+	// the rate and at least 5 (chatBurst).
 	ChatRatePerMinute int
 	// MaxConnsPerUser caps a user's open websocket connections; past it an upgrade is refused
 	// with 429 and a plain message. Default 16.
@@ -157,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 		reg:       cfg.Registry,
 		limiters:  make(map[string]*rate.Limiter),
 		limRate:   rate.Limit(float64(cfg.ChatRatePerMinute) / 60),
-		limBurst:  5,
+		limBurst:  chatBurst(cfg.ChatRatePerMinute),
 		pongWait:  defaultPongWait,
 		renders:   newRenderCache(defaultRenderCacheBytes),
 	}
@@ -307,6 +308,14 @@ func (s *Server) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.views.close(ctx)
+}
+
+// chatBurst is the chat.send burst for a per-minute rate: 5 for a person's pace, one second's worth
+// of the rate when that is more. A fixed 5 let a high limit (a load test, an integration sending for
+// many people through one account) refuse a few sends that arrived in the same moment even though
+// the minute's budget was nowhere near spent.
+func chatBurst(perMinute int) int {
+	return max(5, (perMinute+59)/60)
 }
 
 // limiter returns the user's chat.send limiter.
