@@ -151,6 +151,9 @@ func (r *Report) writeText(w io.Writer) {
 	fmt.Fprintf(w, "citegate-load %s: %s, %d session(s) over %d connection(s), %s\n", r.Mode, r.URL, r.Sessions, r.Conns, pace)
 	fmt.Fprintf(w, "turns        %d completed in %.1f s = %.1f turns/s; %d failed runs, %d errors\n",
 		r.Turns, r.Seconds, r.TurnsPerSec, r.FailedRuns, r.Errors)
+	for _, e := range r.ErrorSamples {
+		fmt.Fprintf(w, "  error      %s\n", e)
+	}
 	fmt.Fprintf(w, "latency      p50 %.1f ms  p90 %.1f ms  p99 %.1f ms  max %.1f ms  (chat.send → run.finished)\n",
 		r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs)
 	if r.ServerCPUMsPerTurn != nil {
