@@ -1,6 +1,7 @@
 package citations
 
 import (
+	"math/bits"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -30,7 +31,11 @@ const leadWindowRunes = MaxLeadRunes + 32
 // newline is valid UTF-8 and no marker holds one), so both are applied line by line, and reading
 // stops once the lead is known to be cut. FuzzLeadReference checks it against the whole-text
 // definition kept in the tests.
-func Lead(excerpt string) string {
+func Lead(excerpt string) string { return lead(excerpt, false) }
+
+// lead is Lead; valid says the excerpt is known to be valid UTF-8 (a registry source's excerpt is:
+// it was decoded from JSON), which spares the repair its validation pass.
+func lead(excerpt string, valid bool) string {
 	var lines [MaxLeadLines]string
 	var keepOff, keepRunes [MaxLeadLines]int // what of each line a cut keeps
 	n, runes := 0, 0                         // lines kept; runes of their join
@@ -41,7 +46,7 @@ func Lead(excerpt string) string {
 		if i >= 0 {
 			line, rest = rest[:i], rest[i+1:]
 		}
-		if line = leadOfLine(line); line != "" {
+		if line = leadOfLine(line, valid); line != "" {
 			if n == MaxLeadLines {
 				cut = true
 				break
@@ -151,15 +156,19 @@ func runeOffset(s string, n int) int {
 // MaxLeadRunes+1 runes, leadLine(p) is a prefix of the line's result that already holds every rune
 // Lead keeps. A table row ("|" first) depends on its end (cells, trailing pipes, separator rows):
 // it, and a window whose result is short, take the whole line.
-func leadOfLine(raw string) string {
+func leadOfLine(raw string, valid bool) string {
+	repair := repairUTF8
+	if valid {
+		repair = func(s string) string { return s }
+	}
 	if cut := windowEnd(raw); cut < len(raw) {
 		var st Stripper
-		p := st.Push(repairUTF8(raw[:cut]))
+		p := st.Push(repair(raw[:cut]))
 		if got, table := leadLineTable(p); !table && runeCountUpTo(got, MaxLeadRunes+1) > MaxLeadRunes+1 {
 			return got
 		}
 	}
-	return leadLine(Strip(repairUTF8(raw)))
+	return leadLine(Strip(repair(raw)))
 }
 
 // windowEnd is the offset in s of the byte that starts its (leadWindowRunes+1)-th rune, counting
@@ -169,8 +178,20 @@ func windowEnd(s string) int {
 	if len(s) <= leadWindowRunes {
 		return len(s)
 	}
-	n := 0
-	for i := 0; i < len(s); i++ {
+	n, i := 0, 0
+	// Eight bytes at a time while the window's end is not among them: a continuation byte is
+	// 10xxxxxx, so x &^ (x << 1) has the high bit of exactly those bytes set (the bit shifted in
+	// from the byte below lands in bit 0 and is masked off).
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		starts := 8 - bits.OnesCount64(x&^(x<<1)&0x8080808080808080)
+		if n+starts > leadWindowRunes {
+			break
+		}
+		n += starts
+	}
+	for ; i < len(s); i++ {
 		if utf8.RuneStart(s[i]) {
 			if n == leadWindowRunes {
 				return i

@@ -132,10 +132,35 @@ func FuzzLeadReference(f *testing.F) {
 		// The same text behind a long line exercises the windowed path with the fuzzer's bytes
 		// at the window's edge.
 		pad := strings.Repeat("词", leadWindowRunes-len(s)%7)
-		for _, v := range []string{pad + s, s + pad, "| " + pad + s} {
+		for _, v := range []string{pad + s, s + pad, "| " + pad + s, strings.Repeat("a", len(s)%8) + pad + s} {
 			if got, want := Lead(v), leadReference(v); got != want {
 				t.Fatalf("Lead(%q):\n got %q\nwant %q", v, got, want)
 			}
+			if got, want := windowEnd(v), windowEndReference(v); got != want {
+				t.Fatalf("windowEnd(%q) = %d, want %d", v, got, want)
+			}
+			// A registry excerpt is valid UTF-8 (decoded from JSON): the lead that skips the
+			// repair is the same.
+			if valid := strings.ToValidUTF8(v, "\uFFFD"); lead(valid, true) != Lead(valid) {
+				t.Fatalf("lead(%q, valid) = %q, want %q", valid, lead(valid, true), Lead(valid))
+			}
 		}
 	})
+}
+
+// windowEndReference is windowEnd byte by byte, the oracle for its eight-bytes-at-a-time walk.
+func windowEndReference(s string) int {
+	if len(s) <= leadWindowRunes {
+		return len(s)
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if utf8.RuneStart(s[i]) {
+			if n == leadWindowRunes {
+				return i
+			}
+			n++
+		}
+	}
+	return len(s)
 }
