@@ -72,7 +72,10 @@ func pgHarness() storetest.Harness {
 	}
 }
 
-func TestConformancePostgres(t *testing.T) { storetest.Run(t, pgHarness()) }
+func TestConformancePostgres(t *testing.T) {
+	pgtest.BaseURL(t) // one skip line for the suite, not one per case
+	storetest.Run(t, pgHarness())
+}
 
 // BenchmarkBackends runs the same hot-path benchmarks on bbolt and on PostgreSQL in one run (the
 // PostgreSQL half skips without CITEGATE_TEST_POSTGRES). See docs/benchmarks.md.

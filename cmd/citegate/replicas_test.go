@@ -396,6 +396,7 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	for _, q := range llm.requests() {
 		require.NotContains(t, q, afterKill, "the waiting turn does not run while A's run is RUNNING")
 	}
+	killedAt := time.Now()
 	require.NoError(t, a.cmd.Process.Kill())
 	<-a.done
 	fin = onB.until(sid3, "run.finished")
@@ -406,6 +407,13 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, store.PhaseFailed, r3.Phase)
 	assert.Equal(t, store.ErrorInterrupted, r3.Error)
+	// How long the dead replica's run stayed RUNNING, from the stored end time: by design at most
+	// 1.45 leases after A's last renewal (gateway.DefaultRunLease), 2.9 s here and 29 s with the
+	// default lease. The verdict is the bound (30 s), which a busy machine cannot miss
+	// by a factor of ten; the figure itself is logged.
+	runningFor := r3.EndedAt.Sub(killedAt)
+	t.Logf("the killed replica's run stayed RUNNING %v after kill -9 (lease 2 s, design bound 2.9 s)", runningFor.Round(time.Millisecond))
+	assert.LessOrEqual(t, runningFor, 30*time.Second, "a dead replica's run stays RUNNING at most 30 s")
 	killedChat, err := st.ConversationSession(ctx, "wechat:openid-k")
 	require.NoError(t, err)
 	waitUntil(t, 60*time.Second, func() bool {

@@ -252,3 +252,19 @@ func TestServeOnPostgresSummary(t *testing.T) {
 	}
 	assert.Equal(t, 200, apiStatus(t, srv.base, "", "/readyz"))
 }
+
+// TestServeStoreFlag: `serve --store postgres://…` (the flag, not CITEGATE_STORE) puts the server
+// on PostgreSQL and it becomes ready; the bbolt file in --data is not created.
+func TestServeStoreFlag(t *testing.T) {
+	target := pgtest.Schema(t)
+	data := t.TempDir()
+	env := cliEnv(t, "CITEGATE_DATA="+data, "CITEGATE_LOG_LEVEL=warn")
+	srv := startServe(t, env, "--addr", cliFreeAddr(t), "--store", target)
+	assert.Regexp(t, `(?m)^  store +postgresql postgres://`, srv.stdout.String())
+	deadline := time.Now().Add(30 * time.Second) // bounds a hang only
+	for apiStatus(t, srv.base, "", "/readyz") != 200 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.Equal(t, 200, apiStatus(t, srv.base, "", "/readyz"))
+	assert.NoFileExists(t, filepath.Join(data, "citegate.db"))
+}
