@@ -112,6 +112,28 @@ func lead(excerpt string, valid bool) string {
 func runePrefix(s string, keep, limit int) (off, count int) {
 	off = -1
 	i := 0
+	// Whole words of eight bytes first, while every rune starting in them comes before both the
+	// keep-th rune and the end of the walk; then i moves on to the next rune start (the rune that
+	// began in the word is counted already) and the byte walk finishes.
+	bound := limit + 1
+	if keep == 0 {
+		off = 0
+	} else {
+		bound = min(keep, bound)
+	}
+	for i+8 <= len(s) {
+		n := runeStarts8(s, i)
+		if count+n > bound {
+			break
+		}
+		count += n
+		i += 8
+	}
+	if i > 0 {
+		for i < len(s) && !utf8.RuneStart(s[i]) {
+			i++
+		}
+	}
 	for i < len(s) && count <= limit {
 		if count == keep {
 			off = i
@@ -126,6 +148,27 @@ func runePrefix(s string, keep, limit int) (off, count int) {
 		off = i // s has no more than keep runes (or keep == count at the end)
 	}
 	return off, count
+}
+
+// plainText8 reports whether none of the bytes of s[i:i+8] is below 0x21 (space, tab, newline and
+// the other controls) or 0xc2, 0xe1, 0xe2 or 0xe3 (the first bytes of every non-ASCII white space
+// rune), with the word tests of plain8.
+func plainText8(s string, i int) bool {
+	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	low := (x - ones*0x21) & ^x & highs
+	eq := func(v uint64) uint64 { y := x ^ (ones * v); return (y - ones) & ^y & highs }
+	return low|eq(0xc2)|eq(0xe1)|eq(0xe2)|eq(0xe3) == 0
+}
+
+// runeStarts8 counts the bytes of s[i:i+8] that start a rune (every byte but a 10xxxxxx continuation
+// byte): x &^ (x << 1) has the high bit of exactly the continuation bytes set (the bit shifted in from
+// the byte below lands in bit 0 and is masked off).
+func runeStarts8(s string, i int) int {
+	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	return 8 - bits.OnesCount64(x&^(x<<1)&0x8080808080808080)
 }
 
 // runeCountUpTo is min(utf8.RuneCountInString(s), limit+1) for limit ≥ 0 and valid UTF-8 s: enough
@@ -179,13 +222,9 @@ func windowEnd(s string) int {
 		return len(s)
 	}
 	n, i := 0, 0
-	// Eight bytes at a time while the window's end is not among them: a continuation byte is
-	// 10xxxxxx, so x &^ (x << 1) has the high bit of exactly those bytes set (the bit shifted in
-	// from the byte below lands in bit 0 and is masked off).
+	// Eight bytes at a time while the window's end is not among them.
 	for ; i+8 <= len(s); i += 8 {
-		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		starts := 8 - bits.OnesCount64(x&^(x<<1)&0x8080808080808080)
+		starts := runeStarts8(s, i)
 		if n+starts > leadWindowRunes {
 			break
 		}
@@ -277,6 +316,15 @@ func undecorate(line string) (out string, table bool) {
 func collapseSpace(s string) string {
 	prevSpace := true // a leading space is not collapsed
 	for i := 0; i < len(s); i++ {
+		// Eight bytes at a time while none of them is ASCII white space or a control byte, nor a
+		// byte that starts a non-ASCII white space rune: such bytes are all "not a space" alone.
+		for i+8 <= len(s) && plainText8(s, i) {
+			i += 8
+			prevSpace = false
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c >= utf8.RuneSelf {
 			// Every non-ASCII white space rune (U+0085, U+00A0, U+1680, U+2000…U+205F, U+3000)

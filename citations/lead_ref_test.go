@@ -164,3 +164,43 @@ func windowEndReference(s string) int {
 	}
 	return len(s)
 }
+
+// runePrefixReference is runePrefix byte by byte, the oracle for its eight-bytes-at-a-time walk.
+func runePrefixReference(s string, keep, limit int) (off, count int) {
+	off = -1
+	i := 0
+	for i < len(s) && count <= limit {
+		if count == keep {
+			off = i
+		}
+		i++
+		for i < len(s) && !utf8.RuneStart(s[i]) {
+			i++
+		}
+		count++
+	}
+	if off < 0 {
+		off = i
+	}
+	return off, count
+}
+
+// FuzzRunePrefix: runePrefix agrees with the byte walk for every valid text, keep and limit
+// (keep ≤ limit, as its callers pass them).
+func FuzzRunePrefix(f *testing.F) {
+	f.Add("员工出差住宿标准按城市分类执行，超标部分自理。", 5, 9)
+	f.Add("ascii only text that is long enough", 0, 12)
+	f.Add("", 0, 0)
+	f.Fuzz(func(t *testing.T, s string, keep, limit int) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+		limit = ((limit % 300) + 300) % 300
+		keep = ((keep % (limit + 1)) + limit + 1) % (limit + 1)
+		for _, v := range []string{s, s + s + s, strings.Repeat("词a", 40) + s} {
+			gotOff, gotN := runePrefix(v, keep, limit)
+			wantOff, wantN := runePrefixReference(v, keep, limit)
+			if gotOff != wantOff || gotN != wantN {
+				t.Fatalf("runePrefix(%q, %d, %d) = %d, %d; want %d, %d", v, keep, limit, gotOff, gotN, wantOff, wantN)
+			}
+		}
+	})
+}
