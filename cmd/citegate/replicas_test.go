@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -334,6 +335,10 @@ func TestReplicasShareOneDatabase(t *testing.T) {
 	runs, err := st.ListRuns(context.Background(), sid)
 	require.NoError(t, err)
 	assert.Equal(t, store.PhaseCancelled, runs[len(runs)-1].Phase)
+	// A really stopped: its model request was closed (the held answer was never released).
+	waitUntil(t, 60*time.Second, func() bool {
+		return slices.Contains(llm.requests(), "end "+holdWord+"：取消这一个")
+	}, "A's model request went on after chat.cancel on B; A's log: %s", a.logs)
 
 	// 4. A WeChat message taken by A and redelivered to B starts nothing more: one run, one answer.
 	wxA := &wechatfake.Client{URL: a.base + "/channels/wechat", Token: "wx-token", AppID: "wx-app", Account: "gh_test"}
