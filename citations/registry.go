@@ -50,7 +50,16 @@ type Registry struct {
 	sources []Source
 	// Overflow counts distinct sources that arrived after the cap.
 	Overflow int
+	// decoded has bit n-1 set when source n's excerpt came out of a JSON decode of a tool result,
+	// which makes it valid UTF-8 (Verify's leads then skip the repair's validation pass).
+	decoded uint32
 }
+
+// decoded holds one bit per source.
+var _ [32 - MaxSources]struct{}
+
+// excerptValid reports whether source n's excerpt is known to be valid UTF-8.
+func (r *Registry) excerptValid(n int) bool { return r.decoded&(1<<(n-1)) != 0 }
 
 // BuildRegistry builds the registry of a run from its tool results in persisted order.
 func BuildRegistry(results []ToolResult) *Registry {
@@ -201,7 +210,11 @@ func (r *Registry) addOpenWebPage(res ToolResult) string {
 	}
 	top.start = strings.IndexByte(content, '{')
 	top.end = strings.LastIndexByte(content, '}') + 1
+	before := len(r.sources)
 	n := r.add(Source{URL: u, Title: title, Tool: res.Tool, CallID: res.CallID, MessageID: res.MessageID, Excerpt: excerpt, At: res.At}, nil)
+	if len(r.sources) > before {
+		r.decoded |= 1 << (n - 1) // the excerpt is stringValue's decode
+	}
 	var ed edits
 	ed.setRef(content, top, refs, members, n)
 	return ed.apply(content)
@@ -320,11 +333,12 @@ func (r *Registry) add(s Source, lazy *lazyText) int {
 	if r.sources == nil {
 		r.sources = make([]Source, 0, MaxSources)
 	}
+	s.N = len(r.sources) + 1
 	if lazy != nil {
 		s.Title, _ = stringValue(lazy.content, lazy.title)
 		s.Excerpt, _ = stringValue(lazy.content, lazy.excerpt)
+		r.decoded |= 1 << (s.N - 1)
 	}
-	s.N = len(r.sources) + 1
 	s.Title = cleanTitle(s.Title)
 	r.sources = append(r.sources, s)
 	return s.N

@@ -435,3 +435,24 @@ func BenchmarkRegistryVerifyEncodingJSON(b *testing.B) {
 		}
 	})
 }
+
+// TestExcerptsFromJSONAreKnownValid: sources entered from a tool result's JSON are marked valid
+// UTF-8 (Verify's leads then skip the repair), a source entered any other way is not, and a lead is
+// the same either way.
+func TestExcerptsFromJSONAreKnownValid(t *testing.T) {
+	var r Registry
+	r.Add(ToolResult{Tool: ToolWebSearch, Content: ws(`{"title":"a","url":"https://a.example/1","content":"甲` + "\xff" + `乙"}`)})
+	r.Add(ToolResult{Tool: ToolOpenWebPage, Content: `{"url":"https://b.example/2","title":"b","content":"丙\ud800丁"}`})
+	r.add(Source{URL: "https://c.example/3", Excerpt: "戊\xff己"}, nil)
+	require.Equal(t, 3, r.Len())
+	assert.True(t, r.excerptValid(1))
+	assert.True(t, r.excerptValid(2))
+	assert.False(t, r.excerptValid(3))
+	v := Verify("一[^1^] 二[^2^] 三[^3^]", &r)
+	require.Len(t, v.Citations, 3)
+	for _, c := range v.Citations {
+		src, _ := r.Lookup(c.N)
+		assert.Equal(t, Lead(src.Excerpt), c.Lead, "source %d", c.N)
+	}
+	assert.Equal(t, "戊\uFFFD己", v.Citations[2].Lead)
+}

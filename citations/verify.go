@@ -57,7 +57,7 @@ func Verify(content string, reg *Registry) Verification {
 			continue
 		}
 		src := reg.sources[n-1]
-		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: Digest(src.Excerpt), Lead: lead(src.Excerpt, true)}
+		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: Digest(src.Excerpt), Lead: lead(src.Excerpt, reg.excerptValid(n))}
 		if !src.At.IsZero() {
 			if at == nil {
 				at = make([]time.Time, 0, k)
