@@ -1,9 +1,6 @@
 package citations
 
-import (
-	"encoding/json"
-	"strings"
-)
+import "strings"
 
 // HiddenLinkNotice replaces a bare or autolinked URL the run did not see (DESIGN §4, link rule).
 const HiddenLinkNotice = "〔链接未经核实，已隐藏〕"
@@ -33,34 +30,11 @@ func (s *LinkSet) AddURL(u string) {
 // AddText adds every http(s) URL appearing in text, found by the same URL rules the link filter
 // applies to answers (so a URL the answer copies from the text compares equal). A "www." link in the
 // text allows both its http and https forms. Text that is a JSON document (a tool result) is also
-// read as JSON, so a URL whose characters the encoder escaped ("\u0026", "\/") is found as written.
+// read as JSON, so a URL whose characters the encoder escaped ("\u0026", "\/") is found as written
+// (linkscan.go). Registry.AddLinks does the same for a tool result while numbering its sources.
 func (s *LinkSet) AddText(text string) {
 	s.addURLsIn(text)
-	t := strings.TrimSpace(text)
-	if strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[") {
-		var v any
-		if json.Unmarshal([]byte(t), &v) == nil {
-			s.addJSON(v, 0)
-		}
-	}
-}
-
-func (s *LinkSet) addJSON(v any, depth int) {
-	if depth > 64 {
-		return
-	}
-	switch x := v.(type) {
-	case string:
-		s.addURLsIn(x)
-	case []any:
-		for _, e := range x {
-			s.addJSON(e, depth+1)
-		}
-	case map[string]any:
-		for _, e := range x {
-			s.addJSON(e, depth+1)
-		}
-	}
+	s.addJSON(text)
 }
 
 // addURLsIn collects URLs with the scanner's URL rules, ignoring markdown structure: in a tool
