@@ -1,6 +1,9 @@
 package citations
 
-import "strings"
+import (
+	"maps"
+	"strings"
+)
 
 // HiddenLinkNotice replaces a bare or autolinked URL the run did not see (DESIGN §4, link rule).
 const HiddenLinkNotice = "〔链接未经核实，已隐藏〕"
@@ -116,6 +119,30 @@ func (s *LinkSet) Len() int {
 		return 0
 	}
 	return len(s.urls)
+}
+
+// Snapshot returns a copy of the set that nothing changes: it may be read from any goroutine while
+// s goes on growing in its own.
+func (s *LinkSet) Snapshot() *LinkSnapshot {
+	if s == nil || len(s.urls) == 0 {
+		return &LinkSnapshot{}
+	}
+	return &LinkSnapshot{set: LinkSet{urls: maps.Clone(s.urls)}}
+}
+
+// LinkSnapshot is an immutable LinkSet (Snapshot), safe for concurrent use. A nil *LinkSnapshot
+// allows nothing.
+type LinkSnapshot struct{ set LinkSet }
+
+// Allows reports whether u, normalised, is in the snapshot.
+func (s *LinkSnapshot) Allows(u string) bool { return s != nil && s.set.Allows(u) }
+
+// Len is the number of distinct URLs in the snapshot.
+func (s *LinkSnapshot) Len() int {
+	if s == nil {
+		return 0
+	}
+	return s.set.Len()
 }
 
 // AllowList returns the allow-func of a stored list of URLs (metadata.links.allowed, citation URLs).
