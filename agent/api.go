@@ -43,6 +43,12 @@ type Event struct {
 	UserMessageID uint64 `json:"userMessageId,omitempty"`
 	Model         string `json:"model,omitempty"`
 
+	// run.started / tool.finished: the URLs of this turn's text and of the run's tool results so
+	// far (at tool.finished, those of the round just stored), an immutable snapshot that any
+	// goroutine may read. It is the allow set of a chat channel's reply pump (gateway/reply.go); the
+	// run's own rule adds the history window's user messages and the registry's URLs. Not encoded.
+	Links *citations.LinkSnapshot `json:"-"`
+
 	// tool.started / tool.finished
 	CallID    string `json:"callId,omitempty"`
 	Tool      string `json:"tool,omitempty"`

@@ -85,3 +85,50 @@ func TestAnswerWithoutLinksHasNoLinksKey(t *testing.T) {
 	assert.Empty(t, msg.Metadata)
 	assert.Zero(t, out.LinksHidden)
 }
+
+// TestEventsCarryTheRunsLinks: run.started carries the URLs of the turn's text and every
+// tool.finished those of the tool results so far (escaped JSON included, other tools too), as
+// immutable snapshots; the history window's user URLs and the registry's are the run's own rule,
+// not in them. A round that adds no URL hands out the same snapshot again.
+func TestEventsCarryTheRunsLinks(t *testing.T) {
+	st := openStore(t)
+	sid := newSession(t, st)
+	search, _ := searchTool(hit{title: "指南", url: "https://tax.example.cn/invoice?a=1&b=2", content: "见 https://tax.example.cn/faq"})
+	other := funcTool{name: "lookup", fn: func(context.Context, string) (string, error) {
+		return `{"items":[{"link":"https:\/\/other.example\/x"}]}`, nil
+	}}
+	llm := newFakeLLM(t,
+		textStream("第一轮。"),
+		toolStream("", call{id: "c1", name: "web_search", args: []string{`{"query":"发票"}`}}),
+		toolStream("", call{id: "c2", name: "lookup", args: []string{`{}`}}),
+		toolStream("", call{id: "c3", name: "lookup", args: []string{`{}`}}),
+		textStream("好的。"),
+	)
+	rec := &recorder{}
+	a := newAgent(t, Config{Store: st, Model: llm.model(t), Tools: []Tool{search, other}})
+	unsub := a.Subscribe(rec.sink)
+	defer unsub()
+	require.Equal(t, store.PhaseCompleted, run(t, a, sid, "旧问题 https://old.example/q", nil).Phase)
+	out := run(t, a, sid, "发票怎么开？见 https://user.example.org/doc", nil)
+	require.Equal(t, store.PhaseCompleted, out.Phase, out.Error)
+
+	var snaps []*citations.LinkSnapshot
+	for _, e := range rec.all() {
+		if e.RunID != "" && (e.Type == EventRunStarted || e.Type == EventToolFinished) && e.Links != nil {
+			snaps = append(snaps, e.Links)
+		}
+	}
+	require.Len(t, snaps, 2+3, "run.started of both runs, three tool.finished")
+	started, afterSearch, afterLookup, again := snaps[1], snaps[2], snaps[3], snaps[4]
+	assert.True(t, started.Allows("https://user.example.org/doc"))
+	assert.False(t, started.Allows("https://old.example/q"), "the history window's URLs are not the pump's")
+	assert.Equal(t, 1, started.Len(), "a snapshot does not grow with the run")
+	assert.True(t, afterSearch.Allows("https://tax.example.cn/invoice?a=1&b=2"), "escaped in the JSON")
+	assert.True(t, afterSearch.Allows("https://tax.example.cn/faq"))
+	assert.False(t, afterSearch.Allows("https://other.example/x"))
+	assert.True(t, afterLookup.Allows("https://other.example/x"), "another tool's result counts")
+	assert.Same(t, afterLookup, again, "nothing new, no copy")
+	// The raw text also shows "https://tax.example.cn/invoice?a=1" (cut at the encoder's \u0026).
+	assert.True(t, again.Allows("https://tax.example.cn/invoice?a=1"))
+	assert.Equal(t, 5, again.Len())
+}

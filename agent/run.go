@@ -31,13 +31,19 @@ type runState struct {
 
 	reg   citations.Registry // the run's sources, numbered as the model sees them
 	strip citations.Stripper // per run: answer.delta never carries a marker or part of one
-	// links is the set of URLs an answer of this run may show (DESIGN §4, link rule): the registry's
-	// URLs, every URL in the run's tool results and in the user's text (this turn and the user
-	// messages of the history window; older user messages are outside the window by design, so a URL
-	// the user gave long ago no longer vouches for itself). lf applies it to the stream after the
+	// The URLs an answer of this run may show (DESIGN §4, link rule) are the union of two sets:
+	// links, every URL in this turn's text and in the run's tool results (each result read once,
+	// with the registry: Registry.AddLinks), and more, the registry's URLs and those of the user
+	// messages of the history window (older user messages are outside the window by design, so a URL
+	// the user gave long ago no longer vouches for itself). links alone is what a chat channel's
+	// reply pump is given (Event.Links, a snapshot). lf applies the union to the stream after the
 	// Stripper, so answer.delta never shows an unverified URL either.
 	links *citations.LinkSet
+	more  *citations.LinkSet
 	lf    *citations.LinkFilter
+	// snap is the last snapshot of links handed out; a set only grows, so an equal Len is the
+	// same set.
+	snap *citations.LinkSnapshot
 
 	runCreated bool
 	concluded  bool            // a ConcludeRun was attempted
@@ -52,8 +58,9 @@ type runState struct {
 // execute runs one turn to its end. It never panics: a panic anywhere becomes a FAILED run, and
 // run.finished is always emitted.
 func (a *Agent) execute(h *RunHandle) Outcome {
-	rs := &runState{a: a, h: h, ctx: h.ctx, pctx: context.WithoutCancel(h.ctx), callIDs: map[string]bool{}, links: citations.NewLinkSet()}
-	rs.lf = citations.NewLinkFilter(rs.links.Allows)
+	rs := &runState{a: a, h: h, ctx: h.ctx, pctx: context.WithoutCancel(h.ctx), callIDs: map[string]bool{},
+		links: citations.NewLinkSet(), more: citations.NewLinkSet()}
+	rs.lf = citations.NewLinkFilter(rs.allows)
 	phase, reason := rs.safeLoop()
 	rs.safeConclude(phase, reason)
 	return rs.out
@@ -117,7 +124,7 @@ func (rs *runState) loop() (store.Phase, string) {
 	rs.links.AddText(h.turn.Text)
 	for _, m := range history {
 		if m.Role == "user" {
-			rs.links.AddText(m.Content)
+			rs.more.AddText(m.Content)
 		}
 	}
 	rs.emitStarted()
@@ -178,25 +185,39 @@ func (rs *runState) loop() (store.Phase, string) {
 			// The run's registry grows here, as each result arrives, and the same call numbers the
 			// sources handed to the model: the model's [^n^] and the verifier's n denote the same
 			// source, and nothing is re-read or re-parsed when the run concludes.
-			content := rs.reg.Add(citations.ToolResult{Tool: c.Name, CallID: c.ID, Content: results[i].content, At: at})
-			rs.links.AddText(results[i].content)
+			// The same one reading of the result gives the link set every URL it holds.
+			content := rs.reg.AddLinks(citations.ToolResult{Tool: c.Name, CallID: c.ID, Content: results[i].content, At: at}, rs.links)
 			round = append(round, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleTool, Content: content, ToolCallID: c.ID, ToolName: c.Name, CreatedAt: at})
 		}
 		if _, err := st.AppendMessages(rs.pctx, round); err != nil {
 			return store.PhaseFailed, rs.storeFailed(err)
 		}
+		snap := rs.snapshot()
 		for i, c := range calls {
-			a.emit(h, Event{Type: EventToolFinished, CallID: c.ID, Tool: c.Name, OK: results[i].ok})
+			a.emit(h, Event{Type: EventToolFinished, CallID: c.ID, Tool: c.Name, OK: results[i].ok, Links: snap})
 			msgs = append(msgs, ChatMessage{Role: "tool", Content: round[1+i].Content, ToolCallID: c.ID, Name: c.Name})
 		}
 		for _, src := range rs.reg.Sources() {
-			rs.links.AddURL(src.URL)
+			rs.more.AddURL(src.URL)
 		}
 	}
 }
 
 func (rs *runState) emitStarted() {
-	rs.a.emit(rs.h, Event{Type: EventRunStarted, UserMessageID: rs.out.UserMessageID, Model: rs.a.ModelName()})
+	rs.a.emit(rs.h, Event{Type: EventRunStarted, UserMessageID: rs.out.UserMessageID, Model: rs.a.ModelName(), Links: rs.snapshot()})
+}
+
+// allows is the run's link rule: a URL of this turn or of its tool results, a registry URL, or
+// one of the history window's user messages.
+func (rs *runState) allows(u string) bool { return rs.links.Allows(u) || rs.more.Allows(u) }
+
+// snapshot is an immutable copy of links for the events that hand it to other goroutines; it is
+// copied only when the set grew since the last one.
+func (rs *runState) snapshot() *citations.LinkSnapshot {
+	if rs.snap == nil || rs.snap.Len() != rs.links.Len() {
+		rs.snap = rs.links.Snapshot()
+	}
+	return rs.snap
 }
 
 // generate runs one model round, streaming its text through the run's Stripper. A panicking model
@@ -327,7 +348,7 @@ func (rs *runState) conclude(phase store.Phase, reason string) {
 		if rs.reg.Overflow > 0 {
 			a.log.Debug("registry cap reached", "run", h.ID, "dropped_sources", rs.reg.Overflow)
 		}
-		_, hidden, shown := citations.FilterLinks(rs.finalText, rs.links.Allows)
+		_, hidden, shown := citations.FilterLinks(rs.finalText, rs.allows)
 		rs.out.LinksHidden = hidden
 		meta, err := answerMetadata(ver, hidden, shown)
 		if err != nil {

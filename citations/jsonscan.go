@@ -28,11 +28,13 @@ type jsMember struct {
 	val   jsSpan
 }
 
-// jsScanner walks one JSON text. ok turns false at the first error and stays false.
+// jsScanner walks one JSON text. ok turns false at the first error and stays false. lk, when set,
+// collects during the same pass what the link set reads from the document (linkscan.go).
 type jsScanner struct {
 	s  string
 	i  int
 	ok bool
+	lk *jsLinks
 }
 
 func (p *jsScanner) fail() bool {
@@ -62,7 +64,11 @@ func (p *jsScanner) value(depth int) bool {
 	case c == '[':
 		return p.array(depth+1, nil)
 	case c == '"':
-		_, ok := p.str()
+		start := p.i
+		escaped, ok := p.str()
+		if ok && p.lk != nil && depth <= maxLinkDepth {
+			p.lk.str(p.s[start+1:p.i-1], escaped)
+		}
 		return ok
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
@@ -94,6 +100,7 @@ func (p *jsScanner) digits() int {
 }
 
 func (p *jsScanner) number() bool {
+	start, exp := p.i, false
 	if p.s[p.i] == '-' {
 		p.i++
 	}
@@ -109,6 +116,7 @@ func (p *jsScanner) number() bool {
 		}
 	}
 	if p.i < len(p.s) && (p.s[p.i] == 'e' || p.s[p.i] == 'E') {
+		exp = true
 		p.i++
 		if p.i < len(p.s) && (p.s[p.i] == '+' || p.s[p.i] == '-') {
 			p.i++
@@ -116,6 +124,9 @@ func (p *jsScanner) number() bool {
 		if p.digits() == 0 {
 			return p.fail()
 		}
+	}
+	if p.lk != nil {
+		p.lk.number(p.s[start:p.i], exp)
 	}
 	return true
 }
@@ -229,6 +240,12 @@ func (p *jsScanner) objectFn(depth int, decodeKeys bool, member func(key string,
 		p.i++
 		return true
 	}
+	// With a link collector, an object within its depth is one frame of it (duplicate keys).
+	tracked := p.lk != nil && depth <= maxLinkDepth
+	var frame jsLinkFrame
+	if tracked {
+		frame.base = len(p.lk.keys)
+	}
 	for {
 		if p.i >= len(p.s) || p.s[p.i] != '"' {
 			return p.fail()
@@ -238,9 +255,10 @@ func (p *jsScanner) objectFn(depth int, decodeKeys bool, member func(key string,
 		if !ok {
 			return false
 		}
+		keyEnd := p.i
 		var key string
 		if decodeKeys {
-			key = decodeString(p.s[keyStart+1:p.i-1], escaped)
+			key = decodeString(p.s[keyStart+1:keyEnd-1], escaped)
 		}
 		p.ws()
 		if p.i >= len(p.s) || p.s[p.i] != ':' {
@@ -251,8 +269,21 @@ func (p *jsScanner) objectFn(depth int, decodeKeys bool, member func(key string,
 		if p.i >= len(p.s) {
 			return p.fail()
 		}
-		if !member(key, keyStart) {
-			return p.fail()
+		if !tracked {
+			if !member(key, keyStart) {
+				return p.fail()
+			}
+		} else {
+			from := len(p.lk.cands)
+			if !member(key, keyStart) {
+				return p.fail()
+			}
+			if len(p.lk.keys) > frame.base || len(p.lk.cands) > from {
+				if !decodeKeys {
+					key = decodeString(p.s[keyStart+1:keyEnd-1], escaped)
+				}
+				p.lk.member(&frame, key, from)
+			}
 		}
 		p.ws()
 		if p.i >= len(p.s) {
@@ -264,6 +295,9 @@ func (p *jsScanner) objectFn(depth int, decodeKeys bool, member func(key string,
 			p.ws()
 		case '}':
 			p.i++
+			if tracked {
+				p.lk.keys = p.lk.keys[:frame.base]
+			}
 			return true
 		default:
 			return p.fail()
@@ -320,22 +354,29 @@ func (p *jsScanner) arrayFn(depth int, elem func() bool) bool {
 
 // topObject scans s as one JSON object (surrounded by JSON whitespace only), calling visit for
 // its members. It reports whether s is such a document.
-func topObject(s string, visit func(m jsMember)) bool {
-	p := jsScanner{s: s, ok: true}
+// lk, when set, collects the document's link strings in the same pass.
+func topObject(s string, lk *jsLinks, visit func(m jsMember)) bool {
+	p := jsScanner{s: s, ok: true, lk: lk}
 	return p.document(func() bool { return p.object(1, visit) })
 }
 
 // document scans p.s as one JSON object, read by obj (which starts at its '{'), surrounded by
-// JSON whitespace only.
+// JSON whitespace only. A link collector learns how far the document was read (jsLinks.doc).
 func (p *jsScanner) document(obj func() bool) bool {
 	p.ws()
 	if p.i >= len(p.s) || p.s[p.i] != '{' {
 		return false
 	}
+	if p.lk != nil {
+		p.lk.doc = docStarted
+	}
 	if !obj() {
 		return false
 	}
 	p.ws()
+	if p.lk != nil && p.ok {
+		p.lk.doc, p.lk.rest = docObject, p.i
+	}
 	return p.ok && p.i == len(p.s)
 }
 

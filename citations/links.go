@@ -1,7 +1,7 @@
 package citations
 
 import (
-	"encoding/json"
+	"maps"
 	"strings"
 )
 
@@ -33,34 +33,11 @@ func (s *LinkSet) AddURL(u string) {
 // AddText adds every http(s) URL appearing in text, found by the same URL rules the link filter
 // applies to answers (so a URL the answer copies from the text compares equal). A "www." link in the
 // text allows both its http and https forms. Text that is a JSON document (a tool result) is also
-// read as JSON, so a URL whose characters the encoder escaped ("\u0026", "\/") is found as written.
+// read as JSON, so a URL whose characters the encoder escaped ("\u0026", "\/") is found as written
+// (linkscan.go). Registry.AddLinks does the same for a tool result while numbering its sources.
 func (s *LinkSet) AddText(text string) {
 	s.addURLsIn(text)
-	t := strings.TrimSpace(text)
-	if strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[") {
-		var v any
-		if json.Unmarshal([]byte(t), &v) == nil {
-			s.addJSON(v, 0)
-		}
-	}
-}
-
-func (s *LinkSet) addJSON(v any, depth int) {
-	if depth > 64 {
-		return
-	}
-	switch x := v.(type) {
-	case string:
-		s.addURLsIn(x)
-	case []any:
-		for _, e := range x {
-			s.addJSON(e, depth+1)
-		}
-	case map[string]any:
-		for _, e := range x {
-			s.addJSON(e, depth+1)
-		}
-	}
+	s.addJSON(text)
 }
 
 // addURLsIn collects URLs with the scanner's URL rules, ignoring markdown structure: in a tool
@@ -142,6 +119,30 @@ func (s *LinkSet) Len() int {
 		return 0
 	}
 	return len(s.urls)
+}
+
+// Snapshot returns a copy of the set that nothing changes: it may be read from any goroutine while
+// s goes on growing in its own.
+func (s *LinkSet) Snapshot() *LinkSnapshot {
+	if s == nil || len(s.urls) == 0 {
+		return &LinkSnapshot{}
+	}
+	return &LinkSnapshot{set: LinkSet{urls: maps.Clone(s.urls)}}
+}
+
+// LinkSnapshot is an immutable LinkSet (Snapshot), safe for concurrent use. A nil *LinkSnapshot
+// allows nothing.
+type LinkSnapshot struct{ set LinkSet }
+
+// Allows reports whether u, normalised, is in the snapshot.
+func (s *LinkSnapshot) Allows(u string) bool { return s != nil && s.set.Allows(u) }
+
+// Len is the number of distinct URLs in the snapshot.
+func (s *LinkSnapshot) Len() int {
+	if s == nil {
+		return 0
+	}
+	return s.set.Len()
 }
 
 // AllowList returns the allow-func of a stored list of URLs (metadata.links.allowed, citation URLs).

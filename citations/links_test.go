@@ -193,3 +193,19 @@ func TestCodeSpans(t *testing.T) {
 		assert.Equal(t, c.want, got, "%q", c.in)
 	}
 }
+
+func TestLinkSnapshot(t *testing.T) {
+	s := NewLinkSet()
+	empty := s.Snapshot()
+	s.AddText("见 https://a.example/x")
+	snap := s.Snapshot()
+	s.AddURL("https://b.example/")
+	assert.Zero(t, empty.Len())
+	assert.False(t, empty.Allows("https://a.example/x"))
+	assert.True(t, snap.Allows(" https://a.example/x"))
+	assert.False(t, snap.Allows("https://b.example/"), "a snapshot does not follow its set")
+	assert.Equal(t, 1, snap.Len())
+	var none *LinkSnapshot
+	assert.False(t, none.Allows("https://a.example/x"))
+	assert.Zero(t, none.Len())
+}

@@ -92,22 +92,47 @@ func (r *Registry) Lookup(n int) (Source, bool) {
 func (r *Registry) Add(res ToolResult) string {
 	switch res.Tool {
 	case ToolWebSearch:
-		return r.addWebSearch(res)
+		return r.addWebSearch(res, nil)
 	case ToolOpenWebPage:
-		return r.addOpenWebPage(res)
+		return r.addOpenWebPage(res, nil)
 	}
 	return res.Content
+}
+
+// AddLinks is Add that also gives links what links.AddText(res.Content) adds (every URL in the
+// result's text and in its decoded JSON strings), reading the result once for both: the registry's
+// scan of a web_search or open_web_page result collects the strings the link set needs as it goes.
+// A result the registry does not read (another tool, or a text that is not a JSON object) is read
+// once by AddText. A nil links makes it Add.
+func (r *Registry) AddLinks(res ToolResult, links *LinkSet) string {
+	if links == nil {
+		return r.Add(res)
+	}
+	var lk jsLinks
+	var out string
+	switch res.Tool {
+	case ToolWebSearch:
+		out = r.addWebSearch(res, &lk)
+	case ToolOpenWebPage:
+		out = r.addOpenWebPage(res, &lk)
+	default:
+		links.AddText(res.Content)
+		return res.Content
+	}
+	links.addURLsIn(res.Content)
+	lk.finish(links, res.Content)
+	return out
 }
 
 // addWebSearch reads a web_search result in one pass (see jsonscan.go) and splices a "ref" into
 // each result object that has a registry number. The pass validates the whole document and notes,
 // for every object of "results", where its members are; sources are entered once the document is
 // known to be valid and not a failure.
-func (r *Registry) addWebSearch(res ToolResult) string {
+func (r *Registry) addWebSearch(res ToolResult, lk *jsLinks) string {
 	content := res.Content
 	var items []searchItem
 	hasResults, isArray, failed := false, false, false
-	p := jsScanner{s: content, ok: true}
+	p := jsScanner{s: content, ok: true, lk: lk}
 	if !p.document(func() bool {
 		return p.objectFn(1, true, func(key string, _ int) bool {
 			switch key {
@@ -184,14 +209,14 @@ func (p *jsScanner) searchItem(items *[]searchItem) bool {
 
 // addOpenWebPage reads an open_web_page result in one pass. It is a source only when its content is
 // a string (truncated or not): null, a number or an object is not a page the model read.
-func (r *Registry) addOpenWebPage(res ToolResult) string {
+func (r *Registry) addOpenWebPage(res ToolResult, lk *jsLinks) string {
 	content := res.Content
 	var u, title, excerpt string
 	failed, isPage := false, false
 	var refs []jsMember
 	var members int
 	var top jsSpan
-	if !topObject(content, func(m jsMember) {
+	if !topObject(content, lk, func(m jsMember) {
 		members++
 		switch m.key {
 		case "error":

@@ -33,7 +33,6 @@ type DispatchStore interface {
 	LastMessageID(ctx context.Context, sessionID string) (uint64, error)
 	ShareSession(ctx context.Context, sessionID, ownerID string, watermark uint64) (string, store.Share, bool, error)
 	GetMessage(ctx context.Context, id uint64) (store.Message, error)
-	ListRunMessages(ctx context.Context, runID string) ([]store.Message, error)
 }
 
 // DispatcherConfig configures a Dispatcher.

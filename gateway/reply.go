@@ -37,16 +37,20 @@ type pump struct {
 	queue  []agent.Event
 	notify chan struct{}
 
-	// The run's link allow set: URLs of the user's messages in the session and of this run's tool
-	// results (DESIGN §4). Built from the store in the pump's goroutine, rebuilt after new tool
-	// results.
-	links      *citations.LinkSet
-	linksStale bool
-	model      string
+	// links is the run's link allow set (DESIGN §4): the URLs of the run's USER message and of its
+	// tool results so far, the agent's immutable snapshot from the last run.started or
+	// tool.finished event (agent.Event.Links), so no tool result is read again here. URLs of the
+	// user's earlier messages are not in it, so the stream may hide one the agent's own rule allowed;
+	// the final text adds the record's metadata.links.allowed and shows it (finalAllow). A pump
+	// follows only runs of this replica's agent (the dispatcher submits them); a run whose replica
+	// died gets a notice instead (bus_interrupted.go), so there is no run whose set must be read
+	// back from the store.
+	links *citations.LinkSnapshot
+	model string
 }
 
 func newPump(d *Dispatcher, ch channels.Channel, m channels.Message, log *slog.Logger) *pump {
-	return &pump{d: d, ch: ch, msg: m, log: log, notify: make(chan struct{}, 1), linksStale: true}
+	return &pump{d: d, ch: ch, msg: m, log: log, notify: make(chan struct{}, 1)}
 }
 
 // push is the run's Sink.
@@ -69,30 +73,13 @@ func (p *pump) take() []agent.Event {
 }
 
 // allows is the allow-func of the run's links.
-func (p *pump) allows(u string) bool { return p.links != nil && p.links.Allows(u) }
+func (p *pump) allows(u string) bool { return p.links.Allows(u) }
 
-// refreshLinks rebuilds the allow set when tool results arrived since it was built. It reads only
-// the run's own messages (run → messages index): its USER message and its tool results. URLs from
-// the user's earlier messages are not in it, so the stream may hide one the agent's own rule allowed;
-// the final text adds the record's metadata.links.allowed and shows it (finalAllow).
-func (p *pump) refreshLinks(ctx context.Context, runID string) {
-	if !p.linksStale || runID == "" {
-		return
+// setLinks takes the snapshot an event carries (none: the set did not change).
+func (p *pump) setLinks(e agent.Event) {
+	if e.Links != nil {
+		p.links = e.Links
 	}
-	p.linksStale = false
-	msgs, err := p.d.cfg.Store.ListRunMessages(ctx, runID)
-	if err != nil {
-		// Nothing verified is known: every link stays hidden, which is the safe side.
-		p.log.Warn("link allow set: message lookup failed", "err", err)
-		return
-	}
-	set := citations.NewLinkSet()
-	for _, m := range msgs {
-		if m.Role == store.RoleUser || m.Role == store.RoleTool {
-			set.AddText(m.Content)
-		}
-	}
-	p.links = set
 }
 
 func (p *pump) run(ctx context.Context, h *agent.RunHandle) {
@@ -169,19 +156,18 @@ func (p *pump) run(ctx context.Context, h *agent.RunHandle) {
 			switch e.Type {
 			case agent.EventRunStarted:
 				p.model = e.Model
+				p.setLinks(e)
 				start()
 			case agent.EventToolFinished:
-				p.linksStale = true
+				p.setLinks(e)
 			case agent.EventAnswerDelta:
 				start()
-				p.refreshLinks(ctx, e.RunID)
 				text.WriteString(stream.Push(e.Text))
 				update()
 			case agent.EventAnswerFinal:
 				final, haveFinal = e, true
 			case agent.EventRunFinished:
 				start()
-				p.refreshLinks(ctx, e.RunID)
 				text.WriteString(stream.Flush())
 				p.finish(ctx, reply, e, final, haveFinal, text.String(), stream.Hidden())
 				return
