@@ -95,13 +95,47 @@ func TestBrowserMainScreens(t *testing.T) {
 func tabUntil(t *testing.T, tb *tab, sel string, max int) {
 	t.Helper()
 	evalJS[bool](t, tb, `(document.activeElement && document.activeElement.blur(), true)`)
+	tabOnUntil(t, tb, sel, max)
+}
+
+// tabOnUntil presses Tab from where the focus is until the focused element matches sel, and
+// checks that it shows its focus (:focus-visible with an outline or shadow drawn).
+func tabOnUntil(t *testing.T, tb *tab, sel string, max int) {
+	t.Helper()
+	keyUntil(t, tb, sel, max, false)
+}
+
+// shiftTabOnUntil is tabOnUntil backwards (Shift+Tab).
+func shiftTabOnUntil(t *testing.T, tb *tab, sel string, max int) {
+	t.Helper()
+	keyUntil(t, tb, sel, max, true)
+}
+
+func keyUntil(t *testing.T, tb *tab, sel string, max int, back bool) {
+	t.Helper()
+	var opts []chromedp.KeyOption
+	if back {
+		opts = append(opts, chromedp.KeyModifiers(chromedp.ModifierShift))
+	}
 	for range max {
-		tb.do(t, 15*time.Second, chromedp.KeyEvent("\t"))
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\t", opts...))
 		if evalJS[bool](t, tb, `document.activeElement.matches(`+jsString(sel)+`)`) {
+			requireFocusShown(t, tb, sel)
 			return
 		}
 	}
 	t.Fatalf("%s is not reached with %d presses of Tab", sel, max)
+}
+
+// requireFocusShown checks that the focused element matches sel and draws its focus.
+func requireFocusShown(t *testing.T, tb *tab, sel string) {
+	t.Helper()
+	ok := evalJS[bool](t, tb, `(() => { const e = document.activeElement; if (!e || !e.matches(`+jsString(sel)+`)) return false;
+		const cs = getComputedStyle(e); const r = e.getBoundingClientRect();
+		return e.matches(':focus-visible') && ((cs.outlineStyle !== 'none' && parseFloat(cs.outlineWidth) > 0) || cs.boxShadow !== 'none') && r.width > 0 && r.height > 0; })()`)
+	if !ok {
+		t.Errorf("focus is not visibly on %s (focused: %s)", sel, evalJS[string](t, tb, `document.activeElement ? document.activeElement.outerHTML.slice(0, 160) : 'none'`))
+	}
 }
 
 // ringContrast is one focus stop's outline colour against the colour behind it.
