@@ -15,7 +15,8 @@ import (
 // TestBrowserMainScreens asks one question through the composer (the offline model answers with
 // sources), then opens the three screens around an answer the README shows — the source card of a
 // superscript, the excerpt panel of a source and the action bar under the answer — and saves each
-// (docs/screenshots/ with CITEGATE_UPDATE_SCREENSHOTS=1). In dark mode, at 1280 px and 375 px, the
+// (docs/screenshots/ with CITEGATE_UPDATE_SCREENSHOTS=1), and the excerpt as the phone's bottom sheet in
+// dark mode. In dark mode, at 1280 px and 375 px, the
 // keyboard reaches the main controls and every focus ring is drawn in a colour that stands out
 // from what is behind it (3:1, WCAG 1.4.11).
 func TestBrowserMainScreens(t *testing.T) {
@@ -47,6 +48,7 @@ func TestBrowserMainScreens(t *testing.T) {
 	evalJS[bool](t, tb, `(document.querySelector('#messages details.sources').open = true, true)`)
 	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#messages .msg.assistant button.src-preview")))
 	waitJS(t, tb, 15*time.Second, `!document.getElementById('excerpt').hidden && document.getElementById('excerpt-title').textContent !== '' && document.getElementById('excerpt-text').textContent.trim() !== ''`, "the excerpt panel shows the page text")
+	checkExcerpt(t, tb)
 	auditA11y(t, tb, "excerpt panel")
 	shot(t, tb, "excerpt-panel")
 	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#excerpt-close")))
@@ -85,9 +87,37 @@ func TestBrowserMainScreens(t *testing.T) {
 			}
 			t.Logf("%s: %d focus stops; lowest ring contrast %.2f:1 (%s on %s)", l.Name, len(stops), lowest.Ratio, lowest.Ring, lowest.Behind)
 			auditA11y(t, tb, "chat "+l.Name)
+			if l.Mobile {
+				// On the phone the excerpt panel is a bottom sheet over the chat.
+				evalJS[bool](t, tb, `(document.querySelector('#messages .msg.assistant button.src-preview').scrollIntoView({block: 'center'}), true)`)
+				tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#messages .msg.assistant button.src-preview")))
+				waitJS(t, tb, 15*time.Second, `!document.getElementById('excerpt').hidden && document.getElementById('excerpt-title').textContent !== '' && document.getElementById('excerpt-text').textContent.trim() !== ''`, "the excerpt sheet shows the page text")
+				geo := evalJS[map[string]float64](t, tb, `(() => { const x = document.getElementById('excerpt').getBoundingClientRect(); return {b: x.bottom, w: x.width, h: innerHeight, iw: innerWidth}; })()`)
+				assert.InDelta(t, geo["h"], geo["b"], 1, "a bottom sheet: %v", geo)
+				assert.InDelta(t, geo["iw"], geo["w"], 1, "spanning the screen: %v", geo)
+				checkExcerpt(t, tb)
+				auditA11y(t, tb, "excerpt sheet "+l.Name)
+				shot(t, tb, "excerpt-phone-dark")
+				tb.do(t, 15*time.Second, chromedp.KeyEvent("\x1b"))
+				waitJS(t, tb, 15*time.Second, `document.getElementById('excerpt').hidden`, "Esc closes the sheet")
+			}
 		})
 	}
 	tb.setLayout(t, desktopLight)
+}
+
+// checkExcerpt checks the open excerpt panel: its site chip says what the sources list says (not the
+// title a second time), and no short table cell (four characters or fewer) wraps onto a second line.
+func checkExcerpt(t *testing.T, tb *tab) {
+	t.Helper()
+	assert.Equal(t, evalJS[string](t, tb, `document.querySelector('#messages .msg.assistant li.source .src-domain').textContent`),
+		evalJS[string](t, tb, `(document.querySelector('#excerpt-meta .src-domain') || {}).textContent || ''`), "the panel names the site as the sources list does")
+	wrapped := evalJS[[]string](t, tb, `[...document.querySelectorAll('#excerpt-text.md th, #excerpt-text.md td')].filter((c) => {
+		const s = c.textContent.trim(); if (!s || [...s].length > 4) return false;
+		const r = document.createRange(); r.selectNodeContents(c);
+		return new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size > 1;
+	}).map((c) => c.textContent.trim())`)
+	assert.Empty(t, wrapped, "short table cells of the excerpt wrap")
 }
 
 // tabUntil presses Tab (from the top of the document) until the focused element matches sel, and
