@@ -1,14 +1,19 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -174,4 +179,164 @@ func TestBrowserOperatorConsole(t *testing.T) {
 	assert.Equal(t, []string{"share.revoke", "share.view", "share.view", "role.grant"}, actions)
 	checkScreen("/operator/audit", "operator-audit", "tr[data-audit]")
 	requireReachable(t, tabThrough(t, tb, 30), "a.op-export-jsonl", "a.op-export-csv")
+
+	// The filters and the export, used as an operator would, at 1280 px light and 375 px dark: bob's
+	// shared chat has an answer with dropped markers, one with hidden links and a clean one.
+	more := seedOperatorFilters(t, stack)
+	downloads := allowDownloads(t, tb)
+	for _, l := range []layout{desktopLight, phoneDark} {
+		t.Run("filters and export "+l.Name, func(t *testing.T) {
+			tb.setLayout(t, l)
+			for _, f := range []struct {
+				tab, question string
+				answer        uint64
+				dropped       string
+				hidden        string
+			}{
+				{"dropped", "差旅能报销几天？", more.dropped, "2", "0"},
+				{"hidden", "报销网址是什么？", more.hidden, "0", "3"},
+			} {
+				tb.do(t, 15*time.Second, chromedp.Navigate(stack.URL+"/operator"), chromedp.WaitVisible(chromedp.CSS("tr[data-share]")))
+				// A link to the filtered page: wait for an element only the new page has.
+				tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#op-tab-"+f.tab)), chromedp.WaitVisible(chromedp.CSS(`#op-tab-`+f.tab+`[aria-current="page"]`)))
+				waitJS(t, tb, 15*time.Second, `!!document.querySelector('a.op-answer')`, f.tab+" filter lists answers")
+				rows := evalJS[[][]string](t, tb, `[...document.querySelectorAll('.op-table tbody tr')].map((tr) => [...tr.querySelectorAll('td')].map((td) => td.innerText.trim()))`)
+				require.Len(t, rows, 1, "%s: only the one answer is listed: %v", f.tab, rows)
+				assert.Equal(t, f.question, rows[0][0])
+				assert.Equal(t, "报销问题", rows[0][1])
+				assert.Equal(t, "bob", rows[0][2])
+				assert.Equal(t, f.dropped, rows[0][4], "dropped markers")
+				assert.Equal(t, f.hidden, rows[0][5], "hidden links")
+				assert.LessOrEqual(t, evalJS[float64](t, tb, `document.documentElement.scrollWidth`), float64(l.Width), "no page-wide horizontal scroll")
+				auditA11y(t, tb, f.tab+" filter "+l.Name)
+				// The answer's link opens the share at that answer.
+				id := strconv.FormatUint(f.answer, 10)
+				tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("a.op-answer")), chromedp.WaitVisible(chromedp.CSS("#msg-"+id)))
+				assert.Equal(t, "msg-"+id, evalJS[string](t, tb, `document.querySelector(':target') ? document.querySelector(':target').id : ''`))
+			}
+
+			// The export, downloaded from the audit tab with the keyboard: the file has the test's
+			// actions and ends with its own entry.
+			tb.do(t, 15*time.Second, chromedp.Navigate(stack.URL+"/operator/audit"), chromedp.WaitVisible(chromedp.CSS("tr[data-audit]")))
+			for _, format := range []string{"jsonl", "csv"} {
+				tabUntil(t, tb, "a.op-export-"+format, 30)
+				tb.do(t, 15*time.Second, chromedp.KeyEvent("\r"))
+				entries := readAuditDownload(t, downloads, format)
+				var acts []string
+				bobViews := 0
+				for _, e := range entries {
+					acts = append(acts, e.Action)
+					if e.Action == "share.view" && e.Detail == `chat "报销问题" of bob` {
+						bobViews++
+					}
+				}
+				// Oldest first: the grant, the two views of alice's share and its revocation above.
+				require.GreaterOrEqual(t, len(acts), 5, format)
+				assert.Equal(t, []string{"role.grant", "share.view", "share.view", "share.revoke"}, acts[:4], format)
+				assert.Equal(t, store.AuditEntry{Actor: "cli:test", Action: "role.grant", Target: "browser"}, entries[0], format)
+				assert.Equal(t, store.AuditEntry{ActorID: stack.User.ID, Actor: "browser", Action: "share.revoke", Target: seed.shareID, Detail: `chat "年假怎么算" of alice`}, entries[3],
+					"%s: the revocation, by whom, of which share", format)
+				assert.GreaterOrEqual(t, bobViews, 2, "%s: this layout's two views of bob's share (one per filter)", format)
+				last := entries[len(entries)-1]
+				assert.Equal(t, store.AuditEntry{ActorID: stack.User.ID, Actor: "browser", Action: "audit.export", Detail: format}, last, "%s: the file ends with its own export", format)
+			}
+		})
+	}
+	tb.setLayout(t, desktopLight)
+}
+
+// operatorFilterSeed names the answers of bob's shared chat the console's filters must list.
+type operatorFilterSeed struct{ dropped, hidden, clean uint64 }
+
+// seedOperatorFilters stores bob's chat, shared: an answer whose run dropped two markers, one with
+// three hidden links, and a clean one.
+func seedOperatorFilters(t *testing.T, stack *browserStack) operatorFilterSeed {
+	t.Helper()
+	ctx := context.Background()
+	st := stack.Store
+	bob, _, err := st.CreateUser(ctx, "bob")
+	require.NoError(t, err)
+	sess, err := st.CreateSession(ctx, store.Session{UserID: bob.ID, Channel: "desktop", Title: "报销问题"})
+	require.NoError(t, err)
+	answer := func(question, text string, dropped, hidden int) uint64 {
+		q, err := st.AppendMessage(ctx, store.Message{SessionID: sess.ID, Role: store.RoleUser, Content: question})
+		require.NoError(t, err)
+		run, err := st.CreateRun(ctx, store.Run{SessionID: sess.ID, Channel: "desktop", UserMessageID: q.ID})
+		require.NoError(t, err)
+		meta := json.RawMessage(`{"citations":[{"n":1,"url":"` + stack.URL + `/kb/expense-reimbursement","title":"费用报销"}],"links":{"hidden":` + strconv.Itoa(hidden) + `,"allowed":[]}}`)
+		_, final, err := st.ConcludeRun(ctx, store.Conclusion{
+			RunID: run.ID, Phase: store.PhaseCompleted,
+			Final:       &store.Message{SessionID: sess.ID, RunID: run.ID, Role: store.RoleAssistant, Metadata: meta, Content: text},
+			MarkersSeen: 1 + dropped, MarkersKept: 1, MarkersDropped: dropped,
+		})
+		require.NoError(t, err)
+		return final.ID
+	}
+	var s operatorFilterSeed
+	s.dropped = answer("差旅能报销几天？", "出差期间按实际天数报销[^1^]。", 2, 0)
+	s.hidden = answer("报销网址是什么？", "在报销系统提交[^1^]：〔链接未经核实，已隐藏〕", 0, 3)
+	s.clean = answer("病假怎么请？", "病假需提交证明[^1^]。", 0, 0)
+	_, _, err = st.CreateShare(ctx, sess.ID, bob.ID, s.clean)
+	require.NoError(t, err)
+	return s
+}
+
+// allowDownloads saves the tab's downloads into a fresh directory and returns it.
+func allowDownloads(t *testing.T, tb *tab) string {
+	t.Helper()
+	dir := t.TempDir()
+	_, err := chromedp.CallBrowser(tb.ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir,
+		BrowserContextID: chromedp.FromContext(tb.ctx).BrowserContextID,
+	})
+	require.NoError(t, err)
+	return dir
+}
+
+// readAuditDownload waits for a finished citegate-audit-*.<format> download in dir (Chromium
+// writes a .crdownload file and renames it when done), parses it, and removes it, so the next
+// download is the only file.
+func readAuditDownload(t *testing.T, dir, format string) []store.AuditEntry {
+	t.Helper()
+	var path string
+	deadline := time.Now().Add(30 * time.Second)
+	for path == "" {
+		names, _ := filepath.Glob(filepath.Join(dir, "citegate-audit-*."+format))
+		if len(names) == 1 {
+			path = names[0]
+			break
+		}
+		require.LessOrEqual(t, len(names), 1, "one download at a time: %v", names)
+		if time.Now().After(deadline) {
+			all, _ := os.ReadDir(dir)
+			t.Fatalf("no %s download after 30 s (directory: %v)", format, all)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(path))
+	var out []store.AuditEntry
+	if format == "jsonl" {
+		for _, line := range strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n") {
+			var e store.AuditEntry
+			require.NoError(t, json.Unmarshal([]byte(line), &e), "a JSONL line: %q", line)
+			e.ID, e.Time = 0, time.Time{}
+			out = append(out, e)
+		}
+	} else {
+		rows, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
+		require.NoError(t, err, "the CSV parses")
+		require.NotEmpty(t, rows)
+		require.Equal(t, []string{"id", "time", "actor_id", "actor", "action", "target", "detail"}, rows[0])
+		for _, r := range rows[1:] {
+			_, err := strconv.ParseUint(r[0], 10, 64)
+			require.NoError(t, err, "id column: %v", r)
+			_, err = time.Parse(time.RFC3339Nano, r[1])
+			require.NoError(t, err, "time column: %v", r)
+			out = append(out, store.AuditEntry{ActorID: r[2], Actor: r[3], Action: r[4], Target: r[5], Detail: r[6]})
+		}
+	}
+	require.NotEmpty(t, out, "the %s export has entries", format)
+	return out
 }

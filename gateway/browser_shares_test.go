@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -219,4 +220,97 @@ func TestBrowserExistingLinkOffer(t *testing.T) {
 	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#share-close")))
 	clickShare()
 	assert.True(t, evalJS[bool](t, tb, `document.getElementById('share-offer').hidden`))
+}
+
+// TestBrowserSharesKeyboardPhoneDark: at 375 px in dark mode, with the keyboard only (Tab,
+// Shift+Tab, Enter, Esc) and a visible focus at every step: the share box of a chat that grew
+// offers "update link" and Enter moves the same link forward; the shared-links view (from the
+// drawer) asks before revoking, "no" keeps the link, "yes" removes it and its page 404s. The
+// accessibility audit runs on the offer and on the revoke confirmation.
+func TestBrowserSharesKeyboardPhoneDark(t *testing.T) {
+	requireBrowser(t)
+	stack := newBrowserStack(t, nil)
+	ctx := context.Background()
+	leave := seedChat(t, stack, "年假怎么算", 4)
+	travel := seedChat(t, stack, "差旅报销流程", 2)
+	var a, b sharedLink
+	require.Equal(t, http.StatusCreated, stack.api(t, http.MethodPost, "/api/sessions/"+leave+"/shares", &a))
+	require.Equal(t, http.StatusCreated, stack.api(t, http.MethodPost, "/api/sessions/"+travel+"/shares", &b))
+	for _, m := range []store.Message{{Role: store.RoleUser, Content: "后来的追问XYZ"}, {Role: store.RoleAssistant, Content: "后来的回答"}} {
+		m.SessionID = leave
+		_, err := stack.Store.AppendMessage(ctx, m)
+		require.NoError(t, err)
+	}
+
+	browser := newBrowser(t)
+	tb := loginTab(t, stack, browser)
+	tb.setLayout(t, phoneDark)
+	tb.do(t, 15*time.Second, chromedp.Navigate(stack.URL+"/#s="+leave), chromedp.WaitVisible(chromedp.CSS(".msg.assistant")))
+	waitConnected(t, tb)
+	tb.setLayout(t, phoneDark)
+	enter := func() { t.Helper(); tb.do(t, 15*time.Second, chromedp.KeyEvent("\r")) }
+	shiftTab := func() {
+		t.Helper()
+		tb.do(t, 15*time.Second, chromedp.KeyEvent("\t", chromedp.KeyModifiers(chromedp.ModifierShift)))
+	}
+
+	// Update: Share, then Enter on the offer (it has the focus).
+	tabUntil(t, tb, "#share-btn", 60)
+	enter()
+	waitJS(t, tb, 15*time.Second, `!document.getElementById('share-box').hidden && !document.getElementById('share-offer').hidden && document.activeElement.matches('#share-offer button.share-update')`, "the offer shows with the focus on update")
+	requireFocusShown(t, tb, "button.share-update")
+	assert.Contains(t, evalJS[string](t, tb, `document.getElementById('share-offer').innerText`), "更新链接，包含新消息")
+	assert.LessOrEqual(t, evalJS[float64](t, tb, `document.documentElement.scrollWidth`), 375.0, "no horizontal scroll")
+	auditA11y(t, tb, "existing link offer phone-dark (keyboard)")
+	screenshot(t, tb, "share-offer-keyboard-phone-dark")
+	enter()
+	waitJS(t, tb, 15*time.Second, `document.getElementById('share-offer').hidden && document.getElementById('share-info').textContent.includes('链接已更新') && document.activeElement.id === 'share-url'`, "updated, focus on the link")
+	requireFocusShown(t, tb, "#share-url")
+	assert.Contains(t, evalJS[string](t, tb, `document.getElementById('share-info').textContent`), "6 条消息")
+	assert.Equal(t, a.URL, evalJS[string](t, tb, `document.getElementById('share-url').value`), "the same link")
+	for _, s := range listShared(t, stack) {
+		if s.ID == a.ID {
+			assert.Greater(t, s.Watermark, a.Watermark, "the link moved forward")
+			assert.Equal(t, 6, s.Messages)
+		}
+	}
+	tb.do(t, 15*time.Second, chromedp.KeyEvent(kb.Escape))
+	waitJS(t, tb, 15*time.Second, `document.getElementById('share-box').hidden && document.activeElement.id === 'share-btn'`, "Esc closes the box, focus back on Share")
+
+	// Revoke: ☰, then "shared links" inside the drawer, then the link's revoke button.
+	shiftTabOnUntil(t, tb, "#menu-btn", 10)
+	enter()
+	waitJS(t, tb, 15*time.Second, `document.body.classList.contains('drawer-open') && getComputedStyle(document.getElementById('sidebar')).visibility === 'visible' && document.getElementById('sidebar').getBoundingClientRect().left >= 0 && document.getElementById('sidebar').contains(document.activeElement)`, "the drawer opens with the focus inside")
+	tabOnUntil(t, tb, "#shares-btn", 30)
+	enter()
+	waitJS(t, tb, 15*time.Second, `document.getElementById('shares-view').open && document.querySelectorAll('#share-list li.share-item').length === 2`, "shared links listed")
+	item := `#share-list li[data-id="` + a.ID + `"]`
+	tabOnUntil(t, tb, item+" button.share-revoke", 30)
+	enter()
+	waitJS(t, tb, 15*time.Second, `!document.querySelector('`+item+` .share-confirm').hidden && document.activeElement.matches('`+item+` button.share-revoke-no')`, "the confirmation shows, focus on no")
+	requireFocusShown(t, tb, "button.share-revoke-no")
+	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('`+item+` .share-confirm').innerText`), "确定撤销吗")
+	assert.LessOrEqual(t, evalJS[float64](t, tb, `document.getElementById('shares-view').scrollWidth`), 375.0, "no horizontal scroll")
+	auditA11y(t, tb, "revoke confirmation phone-dark")
+	screenshot(t, tb, "revoke-confirm-phone-dark")
+	enter()
+	waitJS(t, tb, 15*time.Second, `document.querySelector('`+item+` .share-confirm').hidden && document.activeElement.matches('`+item+` button.share-revoke')`, "no: back to revoke")
+	requireFocusShown(t, tb, "button.share-revoke")
+	assert.Len(t, listShared(t, stack), 2, "no revokes nothing")
+	enter()
+	waitJS(t, tb, 15*time.Second, `document.activeElement.matches('`+item+` button.share-revoke-no')`, "asks again")
+	shiftTab()
+	requireFocusShown(t, tb, item+" button.share-revoke-yes")
+	enter()
+	waitJS(t, tb, 15*time.Second, `!document.querySelector('`+item+`') && document.getElementById('shares-view').contains(document.activeElement) && document.activeElement !== document.body`, "the revoked link leaves the list, focus stays in the view")
+	requireFocusShown(t, tb, `#share-list li[data-id="`+b.ID+`"] button.share-copy`)
+	res, err := http.Get(a.URL)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusNotFound, res.StatusCode, "the revoked link's page is gone")
+	list := listShared(t, stack)
+	require.Len(t, list, 1)
+	assert.Equal(t, b.ID, list[0].ID)
+	tb.do(t, 15*time.Second, chromedp.KeyEvent(kb.Escape))
+	waitJS(t, tb, 15*time.Second, `!document.getElementById('shares-view').open && document.activeElement.id === 'menu-btn'`, "Esc closes the view, focus on ☰")
 }

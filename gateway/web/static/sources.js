@@ -9,8 +9,8 @@
   const cg = window.citegate;
   const { T, els, el, lang } = cg;
   const txt = lang === 'en'
-    ? { source: 'Source', open: 'Show in sources', close: 'Close', site: 'Site' }
-    : { source: '来源', open: '在来源列表中查看', close: '关闭', site: '网站' };
+    ? { source: 'Source', open: 'Show in sources', close: 'Close', site: 'Site', kb: 'Knowledge base' }
+    : { source: '来源', open: '在来源列表中查看', close: '关闭', site: '网站', kb: '知识库' };
   const when = (iso) => new Date(iso).toLocaleString(lang === 'en' ? 'en' : 'zh-CN');
 
   // ---------- tool lines from history ----------
@@ -41,7 +41,8 @@
       els.excerptText.classList.remove('md');
     }
     if (p.site) {
-      const chip = el('span', 'src-domain', p.site);
+      // As the sources list: a corpus page named like its site says "knowledge base", not its title twice.
+      const chip = el('span', 'src-domain', p.site === p.title ? txt.kb : p.site);
       els.excerptMeta.prepend(chip);
     }
   });
