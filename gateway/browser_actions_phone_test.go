@@ -76,7 +76,9 @@ func TestBrowserMessageActionsPhone(t *testing.T) {
 		waitJS(t, tb, 15*time.Second, `!document.querySelector('.feedback-form')`, "comment saved")
 		m, err := stack.Store.GetMessage(context.Background(), answer.ID)
 		require.NoError(t, err)
-		var md struct{ Feedback struct{ Vote, Comment string } }
+		var md struct {
+			Feedback struct{ Vote, Comment string }
+		}
 		require.NoError(t, json.Unmarshal(m.Metadata, &md))
 		assert.Equal(t, "up", md.Feedback.Vote)
 		assert.Equal(t, "清楚准确", md.Feedback.Comment)
