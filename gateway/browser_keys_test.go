@@ -85,15 +85,22 @@ func setTouch(t *testing.T, tb *tab, on bool) {
 	}))
 }
 
-// tap taps the centre of the first element matching sel (scrolled into view first) with a
+// tap taps the centre of the first element matching sel (scrolled into view when it is not) with a
 // synthesized touch gesture: pointerdown/up of type "touch", then the click a tap produces.
 func tap(t *testing.T, tb *tab, sel string) {
 	t.Helper()
-	pos := evalJS[map[string]float64](t, tb, `(() => { const e = document.querySelector(`+jsString(sel)+`); e.scrollIntoView({block: 'center'});
-		const r = e.getBoundingClientRect(); return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()`)
+	pos := evalJS[map[string]float64](t, tb, `(() => { const e = document.querySelector(`+jsString(sel)+`);
+		let r = e.getBoundingClientRect();
+		if (r.top < 0 || r.bottom > innerHeight) { e.scrollIntoView({block: 'center'}); r = e.getBoundingClientRect(); }
+		return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()`)
 	tb.do(t, 15*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
-		_, err := chromedp.Call(ctx, input.SynthesizeTapGesture, input.SynthesizeTapGestureParams{
-			X: pos["x"], Y: pos["y"], TapCount: 1, GestureSourceType: input.GestureSourceTypeTouch,
+		if _, err := chromedp.Call(ctx, input.DispatchTouchEvent, input.DispatchTouchEventParams{
+			Type: input.DispatchTouchEventTypeTouchStart, TouchPoints: []*input.TouchPoint{{X: pos["x"], Y: pos["y"]}},
+		}); err != nil {
+			return err
+		}
+		_, err := chromedp.Call(ctx, input.DispatchTouchEvent, input.DispatchTouchEventParams{
+			Type: input.DispatchTouchEventTypeTouchEnd, TouchPoints: []*input.TouchPoint{},
 		})
 		return err
 	}))
