@@ -85,8 +85,9 @@ func setTouch(t *testing.T, tb *tab, on bool) {
 	}))
 }
 
-// tap taps the centre of the first element matching sel (scrolled into view when it is not) with a
-// synthesized touch gesture: pointerdown/up of type "touch", then the click a tap produces.
+// tap taps the centre of the first element matching sel (scrolled into view when it is not) with
+// touch events as a phone sends them (needs setTouch): pointerdown/up of type "touch", then the
+// compatibility mouse events, focus and the click a tap produces.
 func tap(t *testing.T, tb *tab, sel string) {
 	t.Helper()
 	pos := evalJS[map[string]float64](t, tb, `(() => { const e = document.querySelector(`+jsString(sel)+`);

@@ -71,7 +71,8 @@ func assertCard(t *testing.T, c sourceCard, what string) {
 // after the chat is reopened; then, at 375 px dark and 1280 px light, Tab from the composer
 // reaches a citation superscript (focus ring drawn), the source card opens with the source's
 // title, site, retrieval time and lead, and Escape closes it; a tap with touch emulation opens
-// the card instead of jumping to the sources list, and a second tap closes it.
+// the card instead of jumping to the sources list, a second tap closes it, and Enter on the
+// superscript still jumps.
 func TestBrowserSourcesPhone(t *testing.T) {
 	requireBrowser(t)
 	stack := newBrowserStack(t, nil)
@@ -128,6 +129,17 @@ func TestBrowserSourcesPhone(t *testing.T) {
 		shot(t, tb, "source-card-tap-phone-dark")
 		tap(t, tb, `#messages sup.cite-ref a`)
 		waitJS(t, tb, 15*time.Second, `document.getElementById('src-card').hidden`, "a second tap closes the card")
+		// After a tap, Enter on the superscript is a keyboard click: it jumps to the sources list.
+		evalJS[bool](t, tb, `(() => {
+			const a = document.querySelector('#messages sup.cite-ref a');
+			const entry = document.getElementById(decodeURIComponent(a.getAttribute('href').slice(1)));
+			window.__flashed = false;
+			new MutationObserver(() => { if (entry.classList.contains('cite-flash')) window.__flashed = true; }).observe(entry, {attributes: true, attributeFilter: ['class']});
+			a.focus();
+			return true;
+		})()`)
+		press(t, tb, "\r")
+		waitJS(t, tb, 15*time.Second, `window.__flashed === true`, "Enter jumps to the entry and flashes it")
 	})
 	tb.setLayout(t, desktopLight)
 }
