@@ -70,6 +70,7 @@ func TestBrowserChatsPhone(t *testing.T) {
 		waitJS(t, tb, 15*time.Second, `!document.getElementById('search-results').hidden && document.querySelectorAll('#search-results a.snippet').length === 1`, "one matching message")
 		fits := evalJS[bool](t, tb, `[...document.querySelectorAll('#search-results a')].every((a) => { const r = a.getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= innerWidth + 1; })`)
 		assert.True(t, fits, "the results fit the drawer")
+		assert.Empty(t, smallTargets(t, tb, `#drawer-close, #new-chat, #chat-search, #search-results a`, touchTarget), "the drawer's search and its results are touch-sized")
 		auditA11y(t, tb, "search results phone-dark")
 		shot(t, tb, "search-results-phone-dark")
 		// The keyboard reaches the result; Enter opens the chat at the message and closes the drawer.
@@ -158,6 +159,7 @@ func TestBrowserChatsPhone(t *testing.T) {
 		waitJS(t, tb, 15*time.Second, `!document.querySelector('.delete-confirm').hidden && document.activeElement && document.activeElement.matches('.delete-no')`, "confirmation asked, Cancel focused")
 		fits := evalJS[bool](t, tb, `[...document.querySelectorAll('.delete-confirm button')].every((b) => { const r = b.getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= innerWidth + 1 && r.bottom <= innerHeight; })`)
 		assert.True(t, fits, "both answers are on screen")
+		assert.Empty(t, smallTargets(t, tb, `#menu-btn, #share-btn, .chat-menu summary, .menu-item, .delete-confirm button, #send`, touchTarget), "the header, the menu and the confirmation are touch-sized")
 		auditA11y(t, tb, "delete confirmation phone-dark")
 		shot(t, tb, "delete-confirm-phone-dark")
 		tabTo(t, tb, ".delete-yes", true, 3)
