@@ -154,6 +154,22 @@ func TestBrowserChatsPhone(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		status, _ := get(t, stack.URL+"/s/"+tok)
 		require.Equal(t, http.StatusOK, status)
+		// A tap on 删除对话 that lands before the menu's toggle event (input runs ahead of other
+		// tasks on a busy phone) still gets the confirmation.
+		ctx2, cancel := context.WithTimeout(tb.ctx, 15*time.Second)
+		defer cancel()
+		quick, err := chromedp.Run(ctx2, chromedp.Evaluate[bool](`(async () => {
+			const m = document.querySelector('.chat-menu');
+			const toggled = new Promise((r) => m.addEventListener('toggle', r, {once: true}));
+			m.querySelector('summary').click();
+			m.querySelector('.delete').click();
+			await toggled;
+			return !m.querySelector('.delete-confirm').hidden && document.activeElement.matches('.delete-no');
+		})()`, chromedp.EvalAwaitPromise))
+		require.NoError(t, err)
+		assert.True(t, quick, "the confirmation stays when the tap comes before the menu's toggle event")
+		press(t, tb, kb.Escape)
+		waitJS(t, tb, 15*time.Second, `!document.querySelector('.chat-menu').open`, "Escape closes the menu")
 		menu(t)
 		click(t, tb, `.chat-menu .delete`)
 		waitJS(t, tb, 15*time.Second, `!document.querySelector('.delete-confirm').hidden && document.activeElement && document.activeElement.matches('.delete-no')`, "confirmation asked, Cancel focused")
@@ -165,7 +181,7 @@ func TestBrowserChatsPhone(t *testing.T) {
 		tabTo(t, tb, ".delete-yes", true, 3)
 		press(t, tb, "\r")
 		waitJS(t, tb, 15*time.Second, `citegate.state.current === null && ![...document.querySelectorAll('#sessions a')].some((a) => a.dataset.id === `+jsString(expense)+`)`, "the chat is gone from the page")
-		_, err := stack.Store.GetSession(ctx, expense)
+		_, err = stack.Store.GetSession(ctx, expense)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		status, _ = get(t, stack.URL+"/s/"+tok)
 		assert.Equal(t, http.StatusNotFound, status, "its share link is revoked")
