@@ -19,7 +19,7 @@ const touchTarget = 44
 
 // TestBrowserMessageActionsPhone runs the message actions on a 375 px phone in dark mode with the
 // keyboard only (Tab to the action, Enter or Space, its focus visible): copy the answer, vote up
-// and save a comment (the comment form passes the accessibility audit), regenerate and step back
+// and save a comment (the comment form passes the accessibility audit), switch to down, regenerate and step back
 // to the first version, edit and resend the question, copy a code block. Every action is a touch
 // target of at least 44×44 px and on screen.
 func TestBrowserMessageActionsPhone(t *testing.T) {
@@ -81,6 +81,19 @@ func TestBrowserMessageActionsPhone(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal(m.Metadata, &md))
 		assert.Equal(t, "up", md.Feedback.Vote)
+		assert.Equal(t, "清楚准确", md.Feedback.Comment)
+		// Down instead: Space on 👎 switches the vote (the comment is kept), Escape closes the field.
+		focusInput()
+		tabTo(t, tb, ans+`.vote.down`, true, 40)
+		press(t, tb, " ")
+		waitJS(t, tb, 15*time.Second, `document.querySelector('`+ans+`.vote.down').getAttribute('aria-pressed') === 'true' && document.querySelector('`+ans+`.vote.up').getAttribute('aria-pressed') === 'false' && !!document.activeElement && document.activeElement.matches('.feedback-form input')`, "vote switched to down, comment field focused")
+		assert.Equal(t, "清楚准确", evalJS[string](t, tb, `document.activeElement.value`), "the comment is kept")
+		press(t, tb, "\x1b")
+		waitJS(t, tb, 15*time.Second, `!document.querySelector('.feedback-form')`, "Escape closes the comment field")
+		m, err = stack.Store.GetMessage(context.Background(), answer.ID)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(m.Metadata, &md))
+		assert.Equal(t, "down", md.Feedback.Vote)
 		assert.Equal(t, "清楚准确", md.Feedback.Comment)
 	})
 
