@@ -116,7 +116,7 @@ func TestBrowserStreamingLayouts(t *testing.T) {
 		final := evalJS[string](t, tb, `document.querySelector('#messages .msg.assistant:last-child .bubble').textContent`)
 		assert.Contains(t, final, "请看官网")
 		assert.Contains(t, final, "提交审批")
-		assert.Greater(t, evalJS[int](t, tb, `window.__streamSamples`), samples+3, "the watcher saw the answer while it streamed")
+		assert.GreaterOrEqual(t, evalJS[int](t, tb, `window.__streamSamples`), samples+3, "the watcher saw each of the three streamed steps")
 	})
 
 	// On the phone, in the dark: stop a run mid-way, then a run that fails.
