@@ -43,8 +43,12 @@ const watchStreamJS = `(() => {
 		window.__samples++;
 		if (m.querySelector('.streaming')) window.__streamSamples++;
 		const html = m.innerHTML, text = m.textContent;
-		const i = html.indexOf('evil.example');
+		// The host anywhere in the markup (an href, a title), or any start of a URL or of a markdown
+		// link in the text ("https://ev", "](") — the run retrieved nothing, so no URL is verified.
+		const i = html.search(/evil/);
 		if (i >= 0) window.__leaks.push('unverified URL: …' + html.slice(Math.max(0, i - 80), i + 40));
+		const k = text.search(/https?:|\]\(|<http/);
+		if (k >= 0) window.__leaks.push('URL fragment: …' + text.slice(Math.max(0, k - 40), k + 20));
 		const j = text.search(/\[\^|\^\]|\^\d|\d\^/);
 		if (j >= 0) window.__leaks.push('marker fragment: …' + text.slice(Math.max(0, j - 40), j + 10));
 	};
@@ -71,8 +75,8 @@ func TestBrowserStreamingLayouts(t *testing.T) {
 	tb := loginTab(t, stack, browser)
 	require.True(t, evalJS[bool](t, tb, watchStreamJS))
 	// The watcher itself: a leak put into the page is seen.
-	require.True(t, evalJS[bool](t, tb, `(() => { const p = document.createElement('p'); p.textContent = 'evil.example [^1'; document.getElementById('messages').append(p); return true; })()`))
-	waitJS(t, tb, 15*time.Second, `window.__leaks.length === 2`, "the watcher sees a planted URL and marker")
+	require.True(t, evalJS[bool](t, tb, `(() => { const p = document.createElement('p'); p.textContent = 'https://evil.example [^1'; document.getElementById('messages').append(p); return true; })()`))
+	waitJS(t, tb, 15*time.Second, `window.__leaks.length === 3`, "the watcher sees a planted URL and marker")
 	require.True(t, evalJS[bool](t, tb, `(document.querySelector('#messages > p:last-child').remove(), window.__leaks = [], true)`))
 
 	const streaming = `document.querySelector('#messages .msg.assistant:last-child .streaming')`
