@@ -69,7 +69,7 @@ func TestBrowserMessageActionsPhone(t *testing.T) {
 		inView := evalJS[bool](t, tb, `(() => { const r = document.querySelector('.feedback-form').getBoundingClientRect(); return r.left >= 0 && r.right <= innerWidth + 1; })()`)
 		assert.True(t, inView, "the comment form fits the screen")
 		auditA11y(t, tb, "feedback comment form phone-dark")
-		shot(t, tb, "feedback-form-phone-dark")
+		screenshot(t, tb, "feedback-form-phone-dark")
 		tb.do(t, 15*time.Second, chromedp.KeyEvent("清楚准确"))
 		tabTo(t, tb, `.feedback-form button[type=submit]`, false, 2)
 		press(t, tb, " ")

@@ -72,7 +72,7 @@ func TestBrowserChatsPhone(t *testing.T) {
 		assert.True(t, fits, "the results fit the drawer")
 		assert.Empty(t, smallTargets(t, tb, `#drawer-close, #new-chat, #chat-search, #search-results a`, touchTarget), "the drawer's search and its results are touch-sized")
 		auditA11y(t, tb, "search results phone-dark")
-		shot(t, tb, "search-results-phone-dark")
+		screenshot(t, tb, "search-results-phone-dark")
 		// The keyboard reaches the result; Enter opens the chat at the message and closes the drawer.
 		tabTo(t, tb, "#search-results a.snippet", false, 6)
 		press(t, tb, "\r")
@@ -177,7 +177,7 @@ func TestBrowserChatsPhone(t *testing.T) {
 		assert.True(t, fits, "both answers are on screen")
 		assert.Empty(t, smallTargets(t, tb, `#menu-btn, #share-btn, .chat-menu summary, .menu-item, .delete-confirm button, #send`, touchTarget), "the header, the menu and the confirmation are touch-sized")
 		auditA11y(t, tb, "delete confirmation phone-dark")
-		shot(t, tb, "delete-confirm-phone-dark")
+		screenshot(t, tb, "delete-confirm-phone-dark")
 		tabTo(t, tb, ".delete-yes", true, 3)
 		press(t, tb, "\r")
 		waitJS(t, tb, 15*time.Second, `citegate.state.current === null && ![...document.querySelectorAll('#sessions a')].some((a) => a.dataset.id === `+jsString(expense)+`)`, "the chat is gone from the page")

@@ -107,7 +107,7 @@ func TestBrowserSourcesPhone(t *testing.T) {
 			c := readCard(t, tb)
 			assertCard(t, c, l.Name)
 			assert.Equal(t, "src-card", c.Described, "the superscript is described by the card")
-			shot(t, tb, "source-card-keyboard-"+l.Name)
+			screenshot(t, tb, "source-card-keyboard-"+l.Name)
 			press(t, tb, kb.Escape)
 			waitJS(t, tb, 15*time.Second, `document.getElementById('src-card').hidden && document.activeElement.matches('sup.cite-ref a') && !document.activeElement.hasAttribute('aria-describedby')`, "Escape closes the card, focus stays")
 		})
@@ -126,7 +126,7 @@ func TestBrowserSourcesPhone(t *testing.T) {
 		assertCard(t, readCard(t, tb), "tap")
 		assert.Equal(t, "", evalJS[string](t, tb, `location.hash`), "a tap does not jump to the sources list")
 		auditA11y(t, tb, "source card after a tap phone-dark")
-		shot(t, tb, "source-card-tap-phone-dark")
+		screenshot(t, tb, "source-card-tap-phone-dark")
 		tap(t, tb, `#messages sup.cite-ref a`)
 		waitJS(t, tb, 15*time.Second, `document.getElementById('src-card').hidden`, "a second tap closes the card")
 		// After a tap, Enter on the superscript is a keyboard click: it jumps to the sources list.

@@ -109,7 +109,7 @@ func TestBrowserStreamingLayouts(t *testing.T) {
 			auditA11y(t, tb, "streaming answer "+l.Name)
 		}
 		if l == phoneDark {
-			shot(t, tb, "streaming-"+l.Name)
+			screenshot(t, tb, "streaming-"+l.Name)
 		}
 		release(t, m.next)
 		waitJS(t, tb, 30*time.Second, `!!`+streaming+` && `+streaming+`.querySelectorAll('ol li').length === 2`, "the list streams in")
@@ -142,6 +142,6 @@ func TestBrowserStreamingLayouts(t *testing.T) {
 	assert.Contains(t, failed, "回答失败")
 	assert.NotContains(t, failed, "upstream model unavailable")
 	auditA11y(t, tb, "stopped and failed runs phone-dark")
-	shot(t, tb, "run-cancelled-failed-phone-dark")
+	screenshot(t, tb, "run-cancelled-failed-phone-dark")
 	tb.setLayout(t, desktopLight)
 }
