@@ -180,10 +180,13 @@
     mdLink.setAttribute('download', '');
     jsonlLink.setAttribute('download', '');
   }
+  // The confirmation is put away when the menu closes, not when it opens: the toggle event is a
+  // task queued after the opening click, and a tap on 删除对话 can be handled before it (input
+  // runs ahead of other tasks on a busy page), so resetting on open hid the confirmation just asked.
   menu.addEventListener('toggle', () => {
+    if (menu.open) { syncMenu(); return; }
     confirmBox.hidden = true;
     deleteBtn.hidden = false;
-    if (menu.open) syncMenu();
   });
   menu.addEventListener('keydown', (e) => {
     if (e.key === 'Escape' && menu.open) { e.stopPropagation(); menu.open = false; summary.focus(); }

@@ -150,15 +150,25 @@
     else if (!card.contains(e.target)) hide();
   });
   // A tap shows the card instead of jumping to the sources list (there is no hover on a phone);
-  // the card's number links there. A mouse click keeps jumping (excerpt.js).
+  // the card's number links there. A mouse click keeps jumping (excerpt.js). A second tap on the
+  // same superscript closes the card. Whether the card was open is read at pointerdown: a tap's
+  // compatibility mouseover and its focus open the card before the click arrives, so at click
+  // time it is always open and a toggle then would close it at once.
   let touched = false;
-  document.addEventListener('pointerdown', (e) => { touched = e.pointerType === 'touch' || e.pointerType === 'pen'; }, true);
+  let openAtTap = false;
+  document.addEventListener('pointerdown', (e) => {
+    touched = e.pointerType === 'touch' || e.pointerType === 'pen';
+    const ref = refOf(e.target);
+    openAtTap = !!ref && current === ref && !card.hidden;
+  }, true);
   document.addEventListener('click', (e) => {
     const ref = refOf(e.target);
-    if (ref && touched) {
+    const tap = touched;
+    touched = false; // a later click without a pointer (Enter on the link) is not a tap
+    if (ref && tap) {
       e.preventDefault();
       e.stopImmediatePropagation();
-      if (current === ref && !card.hidden) hide(); else show(ref);
+      if (openAtTap) hide(); else show(ref);
       return;
     }
     if (!ref && !card.contains(e.target)) hide();
