@@ -33,7 +33,7 @@ func grantClipboard(t *testing.T, tb *tab, origin string) {
 // clipboard reads the clipboard as the page sees it.
 func clipboard(t *testing.T, tb *tab) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
 	defer cancel()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`navigator.clipboard.readText()`, chromedp.EvalAwaitPromise))
 	require.NoError(t, err, "read the clipboard")
@@ -44,7 +44,7 @@ func clipboard(t *testing.T, tb *tab) string {
 func click(t *testing.T, tb *tab, sel string) {
 	t.Helper()
 	waitJS(t, tb, 30*time.Second, `!!document.querySelector(`+jsString(sel)+`)`, "element "+sel)
-	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(sel)))
+	tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS(sel)))
 }
 
 // messagesOf reads a chat's stored messages.
@@ -67,7 +67,7 @@ func TestBrowserMessageActions(t *testing.T) {
 	grantClipboard(t, tb, stack.URL)
 
 	// A live answer from the offline model, asked through the composer.
-	tb.do(t, 10*time.Second,
+	tb.do(t, 30*time.Second,
 		chromedp.SetValue(chromedp.CSS("#input"), "年假有几天？"),
 		chromedp.Click(chromedp.CSS("#send")),
 	)
@@ -86,7 +86,7 @@ func TestBrowserMessageActions(t *testing.T) {
 
 	t.Run("copy answer", func(t *testing.T) {
 		click(t, tb, `#messages .msg.assistant .msg-actions .copy`)
-		waitJS(t, tb, 10*time.Second, `!!document.querySelector('#messages .msg.assistant .msg-actions .copy.done')`, "copy confirms")
+		waitJS(t, tb, 30*time.Second, `!!document.querySelector('#messages .msg.assistant .msg-actions .copy.done')`, "copy confirms")
 		got := clipboard(t, tb)
 		assert.NotContains(t, got, "[^", "no raw marker is copied")
 		assert.Contains(t, got, "[1]")
@@ -96,9 +96,9 @@ func TestBrowserMessageActions(t *testing.T) {
 
 	t.Run("feedback", func(t *testing.T) {
 		click(t, tb, `#messages .msg.assistant .msg-actions .vote.up`)
-		waitJS(t, tb, 10*time.Second, `document.querySelector('#messages .msg.assistant .vote.up').getAttribute('aria-pressed') === 'true' && document.activeElement && document.activeElement.closest('.feedback-form') !== null`, "vote pressed, comment field focused")
-		tb.do(t, 10*time.Second, chromedp.SendKeys(chromedp.CSS(".feedback-form input"), "清楚准确\r"))
-		waitJS(t, tb, 10*time.Second, `!document.querySelector('.feedback-form')`, "comment saved")
+		waitJS(t, tb, 30*time.Second, `document.querySelector('#messages .msg.assistant .vote.up').getAttribute('aria-pressed') === 'true' && document.activeElement && document.activeElement.closest('.feedback-form') !== null`, "vote pressed, comment field focused")
+		tb.do(t, 30*time.Second, chromedp.SendKeys(chromedp.CSS(".feedback-form input"), "清楚准确\r"))
+		waitJS(t, tb, 30*time.Second, `!document.querySelector('.feedback-form')`, "comment saved")
 		m, err := stack.Store.GetMessage(context.Background(), answer.ID)
 		require.NoError(t, err)
 		var md struct {
@@ -109,11 +109,11 @@ func TestBrowserMessageActions(t *testing.T) {
 		assert.Equal(t, "清楚准确", md.Feedback.Comment)
 		assert.Equal(t, stack.User.ID, md.Feedback.By)
 		// Reopened, the vote is still shown; switching it to down is one click.
-		tb.do(t, 10*time.Second, chromedp.Reload())
+		tb.do(t, 30*time.Second, chromedp.Reload())
 		waitConnected(t, tb)
 		waitJS(t, tb, 30*time.Second, `(() => { const b = document.querySelector('#messages .msg.assistant .vote.up'); return b && b.getAttribute('aria-pressed') === 'true'; })()`, "vote shown after reload")
 		click(t, tb, `#messages .msg.assistant .msg-actions .vote.down`)
-		waitJS(t, tb, 10*time.Second, `document.querySelector('#messages .msg.assistant .vote.down').getAttribute('aria-pressed') === 'true' && document.querySelector('#messages .msg.assistant .vote.up').getAttribute('aria-pressed') === 'false'`, "vote switched")
+		waitJS(t, tb, 30*time.Second, `document.querySelector('#messages .msg.assistant .vote.down').getAttribute('aria-pressed') === 'true' && document.querySelector('#messages .msg.assistant .vote.up').getAttribute('aria-pressed') === 'false'`, "vote switched")
 		tb.do(t, 15*time.Second, chromedp.KeyEvent("\x1b")) // the comment field closes with Escape
 	})
 
@@ -125,7 +125,7 @@ func TestBrowserMessageActions(t *testing.T) {
 		})()`, "the new version is shown as 2/2")
 		assert.Equal(t, 1, evalJS[int](t, tb, `[...document.querySelectorAll('#messages .msg.user')].filter((a) => !a.hidden).length`), "the question is shown once")
 		click(t, tb, `#messages .msg.assistant:not([hidden]) .versions .prev`)
-		waitJS(t, tb, 10*time.Second, `(() => {
+		waitJS(t, tb, 30*time.Second, `(() => {
 			const v = [...document.querySelectorAll('#messages .msg.assistant')].filter((a) => !a.hidden);
 			return v.length === 1 && v[0].dataset.id === '`+itoa(answer.ID)+`' && v[0].querySelector('.versions .count').textContent === '1/2';
 		})()`, "the first answer is one click back")
@@ -144,8 +144,8 @@ func TestBrowserMessageActions(t *testing.T) {
 
 	t.Run("edit and resend", func(t *testing.T) {
 		click(t, tb, `#messages .msg.user:not([hidden]) .msg-actions .edit`)
-		waitJS(t, tb, 10*time.Second, `document.activeElement && document.activeElement.matches('.edit-form textarea')`, "the editor has focus")
-		tb.do(t, 10*time.Second,
+		waitJS(t, tb, 30*time.Second, `document.activeElement && document.activeElement.matches('.edit-form textarea')`, "the editor has focus")
+		tb.do(t, 30*time.Second,
 			chromedp.SetValue(chromedp.CSS(".edit-form textarea"), "病假怎么请？"),
 			chromedp.SendKeys(chromedp.CSS(".edit-form textarea"), "\r"),
 		)
@@ -165,23 +165,23 @@ func TestBrowserMessageActions(t *testing.T) {
 		assert.Equal(t, "病假怎么请？", q.Content)
 		assert.JSONEq(t, `{"editOf":`+itoa(msgs[0].ID)+`}`, string(q.Metadata))
 		assert.Equal(t, store.RoleAssistant, last.Role)
-		tb.do(t, 10*time.Second, chromedp.Reload())
+		tb.do(t, 30*time.Second, chromedp.Reload())
 		waitConnected(t, tb)
 		waitJS(t, tb, 30*time.Second, `[...document.querySelectorAll('#messages .msg.user .role .edited')].length === 1`, "the edited question is labelled in the history")
 	})
 
 	t.Run("copy code", func(t *testing.T) {
 		code := seedChat(t, stack, "代码", 2)
-		tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+code))
+		tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+code))
 		waitConnected(t, tb)
 		click(t, tb, `#messages .code-wrap .copy-code`)
-		waitJS(t, tb, 10*time.Second, `!!document.querySelector('#messages .copy-code.done')`, "copy code confirms")
+		waitJS(t, tb, 30*time.Second, `!!document.querySelector('#messages .copy-code.done')`, "copy code confirms")
 		assert.Equal(t, "curl -s https://hr.example.com/api/leave\n", clipboard(t, tb))
 	})
 
 	// Every action is reachable with the keyboard and shows its focus; the layouts pass the audit
 	// and keep the actions on screen.
-	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+sid))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+sid))
 	waitConnected(t, tb)
 	waitJS(t, tb, 30*time.Second, `!!document.querySelector('#messages .msg.assistant:not([hidden]) .msg-actions .versions')`, "history with versions")
 	stops := tabThrough(t, tb, 80)
@@ -211,17 +211,17 @@ func TestBrowserChats(t *testing.T) {
 	require.NoError(t, err)
 	br := newBrowser(t)
 	tb := loginTab(t, stack, br)
-	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+leave))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+leave))
 	waitConnected(t, tb)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 2`, "chat opens")
 
 	t.Run("search", func(t *testing.T) {
-		tb.do(t, 10*time.Second, chromedp.SendKeys(chromedp.CSS("#chat-search"), "差旅发票"))
+		tb.do(t, 30*time.Second, chromedp.SendKeys(chromedp.CSS("#chat-search"), "差旅发票"))
 		waitJS(t, tb, 15*time.Second, `!document.getElementById('search-results').hidden && document.querySelectorAll('#search-results a.snippet').length === 1`, "one matching message")
 		assert.Contains(t, evalJS[string](t, tb, `document.querySelector('#search-results a.snippet').textContent`), "差旅发票要原件吗")
 		click(t, tb, `#search-results a.snippet`)
 		waitJS(t, tb, 30*time.Second, `citegate.state.current === `+jsString(expense)+` && document.activeElement && document.activeElement.matches('.msg.user') && document.activeElement.textContent.includes('差旅发票')`, "the result opens its chat at the message")
-		tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#chat-search"), "没有这样的内容"), chromedp.SendKeys(chromedp.CSS("#chat-search"), " "))
+		tb.do(t, 30*time.Second, chromedp.SetValue(chromedp.CSS("#chat-search"), "没有这样的内容"), chromedp.SendKeys(chromedp.CSS("#chat-search"), " "))
 		waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#search-results li').length === 0 && !document.querySelector('.search-note').hidden`, "no results is said")
 		tb.do(t, 15*time.Second, chromedp.Focus(chromedp.CSS("#chat-search")), chromedp.KeyEvent("\x1b"))
 		waitJS(t, tb, 15*time.Second, `!document.getElementById('sessions').hidden && document.getElementById('search-results').hidden`, "Escape brings the list back")
@@ -241,12 +241,12 @@ func TestBrowserChats(t *testing.T) {
 			_, err := stack.Store.AppendMessage(ctx, m)
 			require.NoError(t, err)
 		}
-		tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#chat-search"), "出差补贴"), chromedp.SendKeys(chromedp.CSS("#chat-search"), " "))
+		tb.do(t, 30*time.Second, chromedp.SetValue(chromedp.CSS("#chat-search"), "出差补贴"), chromedp.SendKeys(chromedp.CSS("#chat-search"), " "))
 		waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#search-results a.snippet').length === 1`, "the old message is found")
 		click(t, tb, `#search-results a.snippet`)
 		waitJS(t, tb, 60*time.Second, `!!document.getElementById('msg-`+itoa(first.ID)+`') && document.activeElement === document.getElementById('msg-`+itoa(first.ID)+`')`, "earlier pages load until the match is on the page")
 		tb.do(t, 15*time.Second, chromedp.Focus(chromedp.CSS("#chat-search")), chromedp.KeyEvent("\x1b"))
-		tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+expense))
+		tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+expense))
 		waitConnected(t, tb)
 	})
 
@@ -257,8 +257,8 @@ func TestBrowserChats(t *testing.T) {
 		click(t, tb, `.chat-menu summary`)
 		click(t, tb, `.chat-menu .rename`)
 		waitJS(t, tb, 15*time.Second, `document.activeElement && document.activeElement.matches('#rename-form input')`, "title field focused")
-		tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#rename-form input"), "差旅报销"), chromedp.SendKeys(chromedp.CSS("#rename-form input"), "\r"))
-		waitJS(t, tb, 10*time.Second, `document.getElementById('chat-title').textContent === '差旅报销' && [...document.querySelectorAll('#sessions a')].some((a) => a.textContent === '差旅报销')`, "renamed everywhere")
+		tb.do(t, 30*time.Second, chromedp.SetValue(chromedp.CSS("#rename-form input"), "差旅报销"), chromedp.SendKeys(chromedp.CSS("#rename-form input"), "\r"))
+		waitJS(t, tb, 30*time.Second, `document.getElementById('chat-title').textContent === '差旅报销' && [...document.querySelectorAll('#sessions a')].some((a) => a.textContent === '差旅报销')`, "renamed everywhere")
 		s, err := stack.Store.GetSession(ctx, expense)
 		require.NoError(t, err)
 		assert.Equal(t, "差旅报销", s.Title)
@@ -297,7 +297,7 @@ func TestBrowserChats(t *testing.T) {
 		click(t, tb, `.chat-menu .delete`)
 		waitJS(t, tb, 15*time.Second, `!document.querySelector('.delete-confirm').hidden && document.activeElement && document.activeElement.matches('.delete-no')`, "confirmation asked, Cancel focused")
 		click(t, tb, `.delete-confirm .delete-yes`)
-		waitJS(t, tb, 10*time.Second, `citegate.state.current === null && ![...document.querySelectorAll('#sessions a')].some((a) => a.dataset.id === `+jsString(expense)+`)`, "the chat is gone from the page")
+		waitJS(t, tb, 30*time.Second, `citegate.state.current === null && ![...document.querySelectorAll('#sessions a')].some((a) => a.dataset.id === `+jsString(expense)+`)`, "the chat is gone from the page")
 		_, err := stack.Store.GetSession(ctx, expense)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		status, _ = get(t, stack.URL+"/s/"+tok)

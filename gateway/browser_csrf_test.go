@@ -45,7 +45,7 @@ func TestBrowserLoginLinkAndCSRF(t *testing.T) {
 	tb := newTab(t, browser, false)
 	link := stack.loginLink(t)
 	tb.do(t, 15*time.Second, chromedp.Navigate(link), chromedp.WaitVisible(chromedp.CSS("#input")))
-	waitJS(t, tb, 10*time.Second, `document.getElementById('conn').textContent === '已连接'`, "websocket connects")
+	waitJS(t, tb, 30*time.Second, `document.getElementById('conn').textContent === '已连接'`, "websocket connects")
 	assert.Equal(t, stack.URL+"/", evalJS[string](t, tb, `location.href`), "the code left the address bar")
 
 	// The same link a second time logs nobody in (fresh browser context, no cookie).
@@ -72,9 +72,9 @@ fetch(%q, {method: 'POST', credentials: 'include', mode: 'no-cors'}).finally(() 
 	require.NotEqual(t, stack.URL, evil.URL)
 
 	tb.do(t, 15*time.Second, chromedp.Navigate(evil.URL+"/fetch"))
-	waitJS(t, tb, 10*time.Second, `window.__done === true`, "the cross-origin fetch went out")
+	waitJS(t, tb, 30*time.Second, `window.__done === true`, "the cross-origin fetch went out")
 	tb.do(t, 15*time.Second, chromedp.Navigate(evil.URL+"/form"))
-	waitJS(t, tb, 10*time.Second, `location.href.indexOf('/shares') >= 0 && document.body && document.body.innerText.length > 0`,
+	waitJS(t, tb, 30*time.Second, `location.href.indexOf('/shares') >= 0 && document.body && document.body.innerText.length > 0`,
 		"the form post reached the gateway")
 	body := evalJS[string](t, tb, `document.body.innerText`)
 	assert.Contains(t, body, `"code":"forbidden"`, "the cookie-authenticated cross-origin POST is refused")
@@ -84,7 +84,7 @@ fetch(%q, {method: 'POST', credentials: 'include', mode: 'no-cors'}).finally(() 
 	// From the app's own page, the same cookie POST works.
 	tb.do(t, 15*time.Second, chromedp.Navigate(stack.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#input")))
 	evalJS[bool](t, tb, `(window.__share = null, fetch(`+jsString(sharePath)+`, {method: 'POST'}).then(r => r.json().then(j => { window.__share = {status: r.status, url: j.url || ''}; })), true)`)
-	waitJS(t, tb, 10*time.Second, `window.__share !== null`, "the app's own share request finished")
+	waitJS(t, tb, 30*time.Second, `window.__share !== null`, "the app's own share request finished")
 	assert.Equal(t, float64(http.StatusCreated), evalJS[float64](t, tb, `window.__share.status`), "same-origin cookie POST works")
 	assert.True(t, strings.HasPrefix(evalJS[string](t, tb, `window.__share.url`), stack.URL+"/s/"))
 }

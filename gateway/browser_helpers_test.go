@@ -106,7 +106,7 @@ func newBrowserStack(t *testing.T, model agent.Model, opts ...func(*gateway.Conf
 		case <-time.After(10 * time.Second):
 			t.Error("gateway did not stop")
 		}
-		closeCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
+		closeCtx, done := context.WithTimeout(context.Background(), 30*time.Second)
 		defer done()
 		_ = ag.Close(closeCtx)
 		_ = st.Close()
@@ -219,7 +219,7 @@ func (tb *tab) do(t *testing.T, timeout time.Duration, steps ...chromedp.Action[
 // eval evaluates a JavaScript expression and decodes its result.
 func evalJS[T any](t *testing.T, tb *tab, expr string) T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
 	defer cancel()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
 	require.NoError(t, err, "evaluate %s", expr)

@@ -60,7 +60,7 @@ func (tb *tab) setLayout(t *testing.T, l layout) {
 	if l.Dark {
 		scheme = "dark"
 	}
-	tb.do(t, 10*time.Second,
+	tb.do(t, 30*time.Second,
 		chromedp.EmulateViewport(l.Width, l.Height, opts...),
 		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
 			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
@@ -70,7 +70,7 @@ func (tb *tab) setLayout(t *testing.T, l layout) {
 		}),
 	)
 	// Wait until the page has laid out at the new width (a resize is asynchronous to the page).
-	waitJS(t, tb, 10*time.Second, fmt.Sprintf(`innerWidth === %d && matchMedia('(prefers-color-scheme: %s)').matches`, l.Width, scheme), "layout "+l.Name)
+	waitJS(t, tb, 30*time.Second, fmt.Sprintf(`innerWidth === %d && matchMedia('(prefers-color-scheme: %s)').matches`, l.Width, scheme), "layout "+l.Name)
 }
 
 // eachLayout runs fn once per layout (phone and desktop, light and dark), each as a subtest on the

@@ -26,10 +26,10 @@ func TestBrowserLoadEarlier(t *testing.T) {
 	id := seedChat(t, stack, "很长的对话", 120)
 	browser := newBrowser(t)
 	tb := loginTab(t, stack, browser)
-	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+id))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+id))
 	waitConnected(t, tb)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 50`, "the newest page renders")
-	waitJS(t, tb, 10*time.Second, `!!document.querySelector('#messages .load-earlier')`, "a load-earlier button above it")
+	waitJS(t, tb, 30*time.Second, `!!document.querySelector('#messages .load-earlier')`, "a load-earlier button above it")
 	shot(t, tb, "load-earlier")
 
 	// Remember which message is at the top of the view, press the button, and check it stayed put.
@@ -52,7 +52,7 @@ func TestBrowserLoadEarlier(t *testing.T) {
 	// Scrolling to the top asks for the last page by itself.
 	evalJS[bool](t, tb, `(document.getElementById('messages').scrollTop = 0, true)`)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 120`, "scrolling to the top loads the rest")
-	waitJS(t, tb, 10*time.Second, `!document.querySelector('#messages .load-earlier')`, "no button once everything is shown")
+	waitJS(t, tb, 30*time.Second, `!document.querySelector('#messages .load-earlier')`, "no button once everything is shown")
 	ordered := evalJS[bool](t, tb, `(() => {
 		const ids = [...document.querySelectorAll('#messages .msg')].map((a) => Number(a.dataset.id));
 		return ids.every((v, i) => i === 0 || v > ids[i - 1]) && new Set(ids).size === ids.length;

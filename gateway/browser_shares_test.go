@@ -66,12 +66,12 @@ func TestBrowserSharedLinks(t *testing.T) {
 		t.Helper()
 		if l.Mobile {
 			// Click only once the drawer has stopped moving, or the click lands beside the button.
-			waitJS(t, tb, 10*time.Second, `getComputedStyle(document.getElementById('sidebar')).visibility === 'hidden'`, "drawer closed")
-			tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
-			waitJS(t, tb, 10*time.Second, `document.body.classList.contains('drawer-open') && getComputedStyle(document.getElementById('sidebar')).visibility === 'visible' && document.getElementById('sidebar').getBoundingClientRect().left >= 0`, "drawer open")
+			waitJS(t, tb, 30*time.Second, `getComputedStyle(document.getElementById('sidebar')).visibility === 'hidden'`, "drawer closed")
+			tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS("#menu-btn")))
+			waitJS(t, tb, 30*time.Second, `document.body.classList.contains('drawer-open') && getComputedStyle(document.getElementById('sidebar')).visibility === 'visible' && document.getElementById('sidebar').getBoundingClientRect().left >= 0`, "drawer open")
 		}
-		tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#shares-btn")))
-		waitJS(t, tb, 10*time.Second, `document.getElementById('shares-view').open && document.querySelectorAll('#share-list li.share-item').length === 2`, "shared links listed")
+		tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS("#shares-btn")))
+		waitJS(t, tb, 30*time.Second, `document.getElementById('shares-view').open && document.querySelectorAll('#share-list li.share-item').length === 2`, "shared links listed")
 	}
 	closeView := func(t *testing.T) {
 		t.Helper()
@@ -122,15 +122,15 @@ func TestBrowserSharedLinks(t *testing.T) {
 	// Revoke: asks first; cancel keeps the link; confirm removes it and its page 404s.
 	openView(t, desktopLight)
 	item := `#share-list li[data-id="` + a.ID + `"]`
-	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke")))
+	tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke")))
 	waitJS(t, tb, 15*time.Second, `!document.querySelector('`+item+` .share-confirm').hidden`, "confirmation shows")
 	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('`+item+` .share-confirm').innerText`), "确定撤销吗")
 	auditA11y(t, tb, "revoke confirmation")
-	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke-no")))
+	tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke-no")))
 	assert.Len(t, listShared(t, stack), 2, "cancel revokes nothing")
-	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke")))
-	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke-yes")))
-	waitJS(t, tb, 10*time.Second, `!document.querySelector('`+item+`')`, "the revoked link leaves the list")
+	tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke")))
+	tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke-yes")))
+	waitJS(t, tb, 30*time.Second, `!document.querySelector('`+item+`')`, "the revoked link leaves the list")
 	res, err := http.Get(a.URL)
 	require.NoError(t, err)
 	res.Body.Close()
@@ -138,9 +138,9 @@ func TestBrowserSharedLinks(t *testing.T) {
 	require.Len(t, listShared(t, stack), 1)
 	// The last one: then the empty state.
 	item = `#share-list li[data-id="` + b.ID + `"]`
-	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke")))
-	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke-yes")))
-	waitJS(t, tb, 10*time.Second, `document.querySelectorAll('#share-list li').length === 0 && document.querySelector('.shares-status.shares-empty') && !document.querySelector('.shares-status').hidden`, "empty state")
+	tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke")))
+	tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS(item+" button.share-revoke-yes")))
+	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#share-list li').length === 0 && document.querySelector('.shares-status.shares-empty') && !document.querySelector('.shares-status').hidden`, "empty state")
 	assert.Contains(t, evalJS[string](t, tb, `document.querySelector('.shares-status').innerText`), "你还没有分享过对话")
 	eachLayout(t, tb, func(t *testing.T, l layout) { auditA11y(t, tb, "shared links, empty, "+l.Name) })
 	closeView(t)
@@ -163,8 +163,8 @@ func TestBrowserExistingLinkOffer(t *testing.T) {
 	waitConnected(t, tb)
 	clickShare := func() {
 		t.Helper()
-		tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#share-btn")))
-		waitJS(t, tb, 10*time.Second, `!document.getElementById('share-box').hidden && document.getElementById('share-url').value !== '' && document.getElementById('share-info').textContent !== ''`, "share box shows")
+		tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS("#share-btn")))
+		waitJS(t, tb, 30*time.Second, `!document.getElementById('share-box').hidden && document.getElementById('share-url').value !== '' && document.getElementById('share-info').textContent !== ''`, "share box shows")
 	}
 	// Nothing newer: the same link, what it covers, no offer.
 	clickShare()
@@ -204,7 +204,7 @@ func TestBrowserExistingLinkOffer(t *testing.T) {
 	// Update: the same link now covers the newer messages.
 	clickShare()
 	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#share-offer button.share-update")))
-	waitJS(t, tb, 10*time.Second, `document.getElementById('share-offer').hidden && document.getElementById('share-info').textContent.includes('链接已更新')`, "updated")
+	waitJS(t, tb, 30*time.Second, `document.getElementById('share-offer').hidden && document.getElementById('share-info').textContent.includes('链接已更新')`, "updated")
 	assert.Contains(t, evalJS[string](t, tb, `document.getElementById('share-info').textContent`), "6 条消息")
 	assert.Equal(t, first.URL, evalJS[string](t, tb, `document.getElementById('share-url').value`), "the same link")
 	list = listShared(t, stack)

@@ -25,7 +25,7 @@ func TestBrowserFrame(t *testing.T) {
 	id := seedChat(t, stack, "年假有几天", 6)
 	browser := newBrowser(t)
 	tb := loginTab(t, stack, browser)
-	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+id))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+id))
 	waitConnected(t, tb)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 6`, "history renders")
 	eachLayout(t, tb, func(t *testing.T, l layout) {
@@ -119,13 +119,13 @@ func TestBrowserReconnectAndRateLimit(t *testing.T) {
 	// The next automatic attempt is ten minutes away, so only the button can bring the page back.
 	drop := `(citegate.state.backoff = 600000, citegate.state.ws.close(), true)`
 	evalJS[bool](t, tb, drop)
-	waitJS(t, tb, 10*time.Second, `!document.getElementById('conn-retry').hidden && /\d+ 秒后重连/.test(document.getElementById('conn').textContent)`, "countdown and retry-now show")
+	waitJS(t, tb, 30*time.Second, `!document.getElementById('conn-retry').hidden && /\d+ 秒后重连/.test(document.getElementById('conn').textContent)`, "countdown and retry-now show")
 	auditA11y(t, tb, "disconnected")
 	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS("#conn-retry")))
 	waitConnected(t, tb)
 	assert.True(t, evalJS[bool](t, tb, `document.getElementById('conn-retry').hidden`))
 	evalJS[bool](t, tb, drop)
-	waitJS(t, tb, 10*time.Second, `!document.getElementById('conn-retry').hidden`, "retry-now shows again")
+	waitJS(t, tb, 30*time.Second, `!document.getElementById('conn-retry').hidden`, "retry-now shows again")
 	evalJS[bool](t, tb, `(window.dispatchEvent(new Event('focus')), true)`)
 	waitConnected(t, tb)
 
@@ -133,7 +133,7 @@ func TestBrowserReconnectAndRateLimit(t *testing.T) {
 	evalJS[bool](t, tb, `(() => { for (let i = 0; i < 5; i++) citegate.send({type: 'chat.send', text: '问题 ' + i}); return true; })()`)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#sessions a').length === 5`, "five chats start")
 	const typed = "第六个问题：年假有几天？"
-	tb.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#new-chat")), chromedp.SetValue(chromedp.CSS("#input"), typed), chromedp.Click(chromedp.CSS("#send")))
+	tb.do(t, 30*time.Second, chromedp.Click(chromedp.CSS("#new-chat")), chromedp.SetValue(chromedp.CSS("#input"), typed), chromedp.Click(chromedp.CSS("#send")))
 	waitJS(t, tb, 15*time.Second, `!document.getElementById('composer-notice').hidden`, "rate-limit notice shows")
 	assert.Regexp(t, `\d+ 秒后可以再发送`, evalJS[string](t, tb, `document.getElementById('composer-notice').textContent`))
 	assert.Equal(t, typed, evalJS[string](t, tb, `document.getElementById('input').value`), "the typed text is kept")
@@ -183,7 +183,7 @@ func TestBrowserStreamingFormatted(t *testing.T) {
 	stack := newBrowserStack(t, m)
 	browser := newBrowser(t)
 	tb := loginTab(t, stack, browser)
-	tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "年假有几天？"), chromedp.Click(chromedp.CSS("#send")))
+	tb.do(t, 30*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "年假有几天？"), chromedp.Click(chromedp.CSS("#send")))
 
 	const streaming = `document.querySelector('#messages .msg.assistant .streaming')`
 	noRaw := func(what string) {
@@ -231,7 +231,7 @@ func TestBrowserScreensAndPerf(t *testing.T) {
 	browser := newBrowser(t)
 	tb := loginTab(t, stack, browser)
 
-	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+small))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+small))
 	waitConnected(t, tb)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 4`, "chat renders")
 	tb.setLayout(t, desktopLight)

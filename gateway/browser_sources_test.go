@@ -46,7 +46,7 @@ func TestBrowserSources(t *testing.T) {
 	id := seedSourcesChat(t, stack)
 	browser := newBrowser(t)
 	tb := loginTab(t, stack, browser)
-	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/#s="+id))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+id))
 	waitConnected(t, tb)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages sup.cite-ref a').length === 2`, "answer renders")
 
@@ -60,7 +60,7 @@ func TestBrowserSources(t *testing.T) {
 
 		// Keyboard: focus the first superscript; the card describes it; Esc closes it.
 		evalJS[bool](t, tb, `(document.activeElement && document.activeElement.blur(), document.querySelector('#messages sup.cite-ref a').focus(), true)`)
-		waitJS(t, tb, 10*time.Second, `!document.getElementById('src-card').hidden`, "card opens on focus")
+		waitJS(t, tb, 30*time.Second, `!document.getElementById('src-card').hidden`, "card opens on focus")
 		card := evalJS[map[string]any](t, tb, `(() => { const c = document.getElementById('src-card'); const r = c.getBoundingClientRect();
 			return {title: c.querySelector('.src-card-title').textContent, site: c.querySelector('.src-domain').textContent,
 				time: (c.querySelector('.src-card-time') || {}).textContent || '', lead: c.querySelector('.src-card-lead').textContent,
@@ -74,7 +74,7 @@ func TestBrowserSources(t *testing.T) {
 		auditA11y(t, tb, "source card "+l.Name)
 		shot(t, tb, "source-card-"+l.Name)
 		tb.do(t, 15*time.Second, chromedp.KeyEvent("\x1b"))
-		waitJS(t, tb, 10*time.Second, `document.getElementById('src-card').hidden && !document.activeElement.hasAttribute('aria-describedby')`, "Esc closes the card")
+		waitJS(t, tb, 30*time.Second, `document.getElementById('src-card').hidden && !document.activeElement.hasAttribute('aria-describedby')`, "Esc closes the card")
 
 	})
 	assert.NotEqual(t, colours["desktop-light"], colours["desktop-dark"], "dark mode has its own palette")
@@ -82,7 +82,7 @@ func TestBrowserSources(t *testing.T) {
 	// Hover with the mouse shows the card too.
 	pos := evalJS[map[string]float64](t, tb, `(() => { const r = document.querySelectorAll('#messages sup.cite-ref a')[1].getBoundingClientRect(); return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()`)
 	tb.do(t, 15*time.Second, chromedp.MouseEvent("mouseMoved", pos["x"], pos["y"]))
-	waitJS(t, tb, 10*time.Second, `!document.getElementById('src-card').hidden && document.querySelector('#src-card .src-card-title').textContent === '费用报销'`, "card opens on hover")
+	waitJS(t, tb, 30*time.Second, `!document.getElementById('src-card').hidden && document.querySelector('#src-card .src-card-title').textContent === '费用报销'`, "card opens on hover")
 }
 
 // TestBrowserToolLinesAfterReopen: the tool lines a live run shows ("已搜索 …") are still there when
@@ -93,7 +93,7 @@ func TestBrowserToolLinesAfterReopen(t *testing.T) {
 	stack := newBrowserStack(t, nil)
 	browser := newBrowser(t)
 	tb := loginTab(t, stack, browser)
-	tb.do(t, 10*time.Second,
+	tb.do(t, 30*time.Second,
 		chromedp.SetValue(chromedp.CSS("#input"), "年假有几天"),
 		chromedp.Click(chromedp.CSS("#send")),
 	)
@@ -101,7 +101,7 @@ func TestBrowserToolLinesAfterReopen(t *testing.T) {
 	live := evalJS[[]string](t, tb, `[...document.querySelectorAll('#messages .activity .tool')].map((e) => e.textContent)`)
 	require.NotEmpty(t, live)
 	waitJS(t, tb, 30*time.Second, `!!citegate.state.current && new URLSearchParams(location.search).get('s') === citegate.state.current && !citegate.state.runs.size`, "run finished")
-	tb.do(t, 10*time.Second, chromedp.Reload())
+	tb.do(t, 30*time.Second, chromedp.Reload())
 	waitConnected(t, tb)
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 2`, "history renders")
 	reopened := evalJS[[]string](t, tb, `[...document.querySelectorAll('#messages .activity .tool')].map((e) => e.textContent)`)

@@ -92,7 +92,7 @@ type ttiLoad struct {
 // mainThreadCPU reads the renderer's cumulative main-thread times (ms) by metric name.
 func mainThreadCPU(t *testing.T, tb *tab) map[string]float64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(tb.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(tb.ctx, 30*time.Second)
 	defer cancel()
 	out := map[string]float64{}
 	require.NoError(t, chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
@@ -132,7 +132,7 @@ func (v *ttiVariant) prepare(t *testing.T, stack *browserStack, browser context.
 	if v.before {
 		probe += ";" + beforeCSS
 	}
-	v.tb.do(t, 10*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+	v.tb.do(t, 30*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
 		if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: probe}); err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func (v *ttiVariant) load(t *testing.T, i int, cold bool) ttiLoad {
 	t.Helper()
 	tb := v.tb
 	if cold {
-		tb.do(t, 10*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		tb.do(t, 30*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
 			_, err := chromedp.Call(ctx, network.ClearBrowserCache, cdp.Empty{})
 			return err
 		}))
@@ -290,7 +290,7 @@ func TestBrowserFirstPage(t *testing.T) {
 	big := seedChat(t, stack, "两百条消息的对话", 200)
 	browser := newBrowser(t)
 	tb := loginTab(t, stack, browser)
-	tb.do(t, 10*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+	tb.do(t, 30*time.Second, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
 		_, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: ttiProbe + `;(() => {
   window.__csp = [];
   document.addEventListener('securitypolicyviolation', (e) => __csp.push(e.violatedDirective + ' ' + e.blockedURI));
@@ -331,13 +331,13 @@ func TestBrowserFirstPage(t *testing.T) {
 	waitJS(t, tb, 15*time.Second, `document.querySelectorAll('#messages .msg').length === 100`, "an earlier page loads")
 
 	// Sending works and stays in this chat.
-	tb.do(t, 10*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "报销需要什么材料"), chromedp.Click(chromedp.CSS("#send")))
+	tb.do(t, 30*time.Second, chromedp.SetValue(chromedp.CSS("#input"), "报销需要什么材料"), chromedp.Click(chromedp.CSS("#send")))
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 102 && !citegate.state.runs.size`, "the question is answered")
 	require.Equal(t, big, evalJS[string](t, tb, `new URLSearchParams(location.search).get('s')`))
 
 	// A #s= link pasted onto the page opens that chat without a reload, and its address follows.
 	small := seedChat(t, stack, "年假有几天", 4)
-	tb.do(t, 10*time.Second, chromedp.Navigate(stack.URL+"/?s="+big+"#s="+small))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/?s="+big+"#s="+small))
 	waitJS(t, tb, 30*time.Second, `document.querySelectorAll('#messages .msg').length === 4 && citegate.state.current === `+jsString(small), "the linked chat opens")
 
 	// Phone width: the drawer starts closed and the chat is on screen.
