@@ -81,21 +81,40 @@ func (s *Server) sessionContent(ctx context.Context, sessionID string) ([]store.
 	return msgs, runs, nil
 }
 
-// shareContent is what an operator may see of a share: its session and the messages up to the
-// watermark, with the session's runs (for marker counts). A share whose session is gone is not found.
-func (s *Server) shareContent(ctx context.Context, sh store.Share) (store.Session, []store.Message, []store.Run, error) {
+// shareContent is what an operator may see of a share: its session and an iterator over the
+// session's messages up to the watermark, a page per call (messagePages, as the share page reads
+// it), its first page already read. A share whose session is gone is not found.
+func (s *Server) shareContent(ctx context.Context, sh store.Share) (store.Session, []store.Message, func() ([]store.Message, error), error) {
 	sess, err := s.st.GetSession(ctx, sh.SessionID)
 	if err != nil {
 		return sess, nil, nil, s.storeErr("get_session", err)
 	}
-	msgs, runs, err := s.sessionContent(ctx, sess.ID)
-	if errors.Is(err, errShareGone) {
-		return sess, nil, nil, errNotFound()
-	}
+	next := s.messagePages(ctx, sess.ID, sh.Watermark)
+	first, err := next()
 	if err != nil {
-		return sess, nil, nil, err
+		return sess, nil, nil, s.storeErr("list_messages_after", err) // ErrNotFound: deleted a moment ago
 	}
-	return sess, upTo(msgs, sh.Watermark), runs, nil
+	return sess, first, next, nil
+}
+
+// finalRun is the run whose final answer m is, when its record says so; a failed read costs the
+// answer its marker counts, not the view.
+func (s *Server) finalRun(ctx context.Context, m store.Message) *store.Run {
+	if m.RunID == "" {
+		return nil
+	}
+	r, err := s.st.GetRun(ctx, m.RunID)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			s.storeErr("get_run", err)
+			s.log.WarnContext(ctx, "operator review: run unreadable", "run", m.RunID, "err", err)
+		}
+		return nil
+	}
+	if r.FinalMessageID != m.ID {
+		return nil
+	}
+	return &r
 }
 
 // upTo keeps the messages at or below the watermark: the snapshot a share froze. Messages are in
@@ -132,7 +151,11 @@ func (rv *shareReview) fill(msgs []store.Message, runs []store.Run) {
 			question = shorten(m.Content, 80)
 			continue
 		}
-		a := reviewAnswer(m, byFinal)
+		var run *store.Run
+		if r, ok := byFinal[m.ID]; ok {
+			run = &r
+		}
+		a := reviewAnswer(m, run)
 		a.question = question
 		rv.kept += a.kept
 		rv.dropped += a.dropped
@@ -143,12 +166,12 @@ func (rv *shareReview) fill(msgs []store.Message, runs []store.Run) {
 	}
 }
 
-// reviewAnswer reads an answer's figures: marker counts from its run, hidden links from
-// metadata.links.hidden, feedback from metadata.feedback.
-func reviewAnswer(m store.Message, byFinal map[uint64]store.Run) answerReview {
+// reviewAnswer reads an answer's figures: marker counts from its run (nil: unknown), hidden links
+// from metadata.links.hidden, feedback from metadata.feedback.
+func reviewAnswer(m store.Message, run *store.Run) answerReview {
 	a := answerReview{id: m.ID, at: m.CreatedAt}
-	if r, ok := byFinal[m.ID]; ok {
-		a.hasRun, a.kept, a.dropped = true, r.MarkersKept, r.MarkersDropped
+	if run != nil {
+		a.hasRun, a.kept, a.dropped = true, run.MarkersKept, run.MarkersDropped
 	}
 	a.hidden = hiddenLinks(m.Metadata)
 	a.up, a.down = feedbackVotes(m.Metadata)

@@ -39,9 +39,9 @@ const (
 	secretUnshared = "UNSHARED-CHAT-QUESTION"
 )
 
-func newOpFixture(t *testing.T) *opFixture {
+func newOpFixture(t *testing.T, opts ...envOpt) *opFixture {
 	t.Helper()
-	e := newEnv(t)
+	e := newEnv(t, opts...)
 	// The scripted model answers by question: a marker it never retrieved ([^9^], dropped), a bare
 	// link nobody verified (hidden), or a plain cited answer.
 	e.model.answer = func(q string, _ []string) string {
