@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -65,4 +67,51 @@ func TestOperatorShareViewReadsPages(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, view)
 	assert.Contains(t, view, `id="msg-`+u64s(f.plainID)+`"`)
 	assert.NotContains(t, view, `class="empty"`)
+}
+
+// TestOperatorConsoleReadsPages: the console's figures for a long chat shared twice (two
+// watermarks) come from one backward walk of its dialog a page at a time, each message counted
+// for the shares that hold it, and a filtered answer keeps its question across a page boundary.
+func TestOperatorConsoleReadsPages(t *testing.T) {
+	rc := &readCounter{}
+	f := newOpFixture(t, withReadCounter(rc))
+	long := f.e.session(f.alice, "long shared chat")
+	f.e.append(store.Message{SessionID: long.ID, Role: store.RoleUser, Content: "an early hidden question"})
+	for i := range reviewPage + 10 {
+		f.e.append(store.Message{SessionID: long.ID, Role: store.RoleAssistant, Content: fmt.Sprintf("note %d", i)})
+	}
+	hidden := f.e.append(store.Message{SessionID: long.ID, Role: store.RoleAssistant, Content: "答案",
+		Metadata: json.RawMessage(`{"links":{"hidden":2}}`)})
+	early := f.e.createShare(f.aliceTok, long.ID)
+	dropped := f.e.runTurn(long.ID, "a later dropped question")
+	late := f.e.createShare(f.aliceTok, long.ID)
+	require.NotEqual(t, early.ID, late.ID)
+
+	rc.reset()
+	status, _, page := f.req("GET", "/operator", bearer(f.olgaTok))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Zero(t, rc.n("ListMessages"))
+	assert.Zero(t, rc.n("ListMessagesAfter"))
+	// Three sessions shared: the fixture's two (one page each) and the long one (two pages).
+	assert.Equal(t, 4, rc.n("ListDialogBefore"))
+	assert.Equal(t, 3, rc.n("ListRuns"), "one per shared session")
+
+	e := cellTexts(between(t, page, `data-share="`+early.ID+`"`, "</tr>"))
+	l := cellTexts(between(t, page, `data-share="`+late.ID+`"`, "</tr>"))
+	assert.Equal(t, strconv.Itoa(reviewPage+12), e[3], "question, notes, answer")
+	assert.Equal(t, strconv.Itoa(reviewPage+14), l[3])
+	assert.Equal(t, "0 / 0", e[4])
+	assert.Equal(t, "1 / 1", l[4])
+	assert.Equal(t, "2", e[5])
+	assert.Equal(t, "2", l[5])
+
+	_, _, flagged := f.req("GET", "/operator?filter=hidden", bearer(f.olgaTok))
+	for _, sh := range []shareJSON{early, late} {
+		assert.Contains(t, flagged, `href="/operator/shares/`+sh.ID+`#msg-`+u64s(hidden.ID)+`"`)
+	}
+	assert.Equal(t, 2, strings.Count(flagged, "an early hidden question"), "its question, read a page later, for both shares")
+	_, _, flagged = f.req("GET", "/operator?filter=dropped", bearer(f.olgaTok))
+	assert.Contains(t, flagged, `href="/operator/shares/`+late.ID+`#msg-`+u64s(dropped.FinalMessageID)+`"`)
+	assert.NotContains(t, flagged, `href="/operator/shares/`+early.ID+`#msg-`+u64s(dropped.FinalMessageID)+`"`, "past the early watermark")
+	assert.Contains(t, flagged, "a later dropped question")
 }
