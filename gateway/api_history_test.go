@@ -21,21 +21,25 @@ type historyAnswer struct {
 }
 
 // fillTurns appends n turns to sess: a question, a tool-calling message, its results (every third
-// one an error) and the answer, each turn its own run.
-func fillTurns(e *testEnv, sess store.Session, n int) {
+// one an error) and the answer, each turn its own run. Every run calls its tools <prefix>c1 and
+// <prefix>c2: without a prefix the ids repeat from run to run, as a model's may (a call id is
+// only unique within its run).
+func fillTurns(e *testEnv, sess store.Session, n int, prefix ...string) {
+	p := strings.Join(prefix, "")
 	for i := range n {
-		run := fmt.Sprintf("run-%d", i)
+		run := fmt.Sprintf("%srun-%d", p, i)
+		c1, c2 := p+"c1", p+"c2"
 		e.append(store.Message{SessionID: sess.ID, Role: store.RoleUser, Content: fmt.Sprintf("问题 %d", i)})
 		e.append(store.Message{SessionID: sess.ID, RunID: run, Role: store.RoleAssistant, ToolCalls: []store.ToolCall{
-			{ID: "c1", Name: "web_search", Arguments: fmt.Sprintf(`{"query":"q%d"}`, i)},
-			{ID: "c2", Name: "open_web_page", Arguments: `{"url":"https://example.com/p"}`},
+			{ID: c1, Name: "web_search", Arguments: fmt.Sprintf(`{"query":"q%d"}`, i)},
+			{ID: c2, Name: "open_web_page", Arguments: `{"url":"https://example.com/p"}`},
 		}})
-		e.append(store.Message{SessionID: sess.ID, RunID: run, Role: store.RoleTool, ToolCallID: "c1", ToolName: "web_search", Content: `{"results":[]}`})
+		e.append(store.Message{SessionID: sess.ID, RunID: run, Role: store.RoleTool, ToolCallID: c1, ToolName: "web_search", Content: `{"results":[]}`})
 		result := `{"url":"https://example.com/p","content":"x"}`
 		if i%3 == 0 {
 			result = `{"error":"fetch failed","url":"https://example.com/p"}`
 		}
-		e.append(store.Message{SessionID: sess.ID, RunID: run, Role: store.RoleTool, ToolCallID: "c2", ToolName: "open_web_page", Content: result})
+		e.append(store.Message{SessionID: sess.ID, RunID: run, Role: store.RoleTool, ToolCallID: c2, ToolName: "open_web_page", Content: result})
 		e.append(store.Message{SessionID: sess.ID, RunID: run, Role: store.RoleAssistant, Content: fmt.Sprintf("答案 %d", i)})
 	}
 }
@@ -82,6 +86,8 @@ func TestHistoryStreamsPages(t *testing.T) {
 	assert.Equal(t, "答案 0", ans["content"])
 	tools := ans["tools"].([]any)
 	require.Len(t, tools, 2)
+	// Every run calls c1 and c2: each run's lines come from its own results (the whole-session
+	// read took the last run's result for every c1 and marked the others failed).
 	assert.Equal(t, map[string]any{"callId": "c1", "tool": "web_search", "arguments": `{"query":"q0"}`, "ok": true}, tools[0])
 	assert.Equal(t, false, tools[1].(map[string]any)["ok"], "an error result")
 	assert.Equal(t, true, all.Messages[3]["tools"].([]any)[1].(map[string]any)["ok"])
