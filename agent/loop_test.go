@@ -51,9 +51,9 @@ func TestCitationsStoredThroughOpenAILoop(t *testing.T) {
 	// Registry: 1 invoice, 2 types, 3 leave (search, call order first), 4 the opened page.
 	at := testNow
 	want := []citations.Citation{
-		{N: 1, URL: hitInvoice.url, Title: hitInvoice.title, Tool: "web_search", RetrievedAt: &at, Digest: citations.Digest(hitInvoice.content), Lead: citations.Lead(hitInvoice.content)},
-		{N: 2, URL: hitTypes.url, Title: hitTypes.title, Tool: "web_search", RetrievedAt: &at, Digest: citations.Digest(hitTypes.content), Lead: citations.Lead(hitTypes.content)},
-		{N: 4, URL: pageGuide.url, Title: pageGuide.title, Tool: "open_web_page", RetrievedAt: &at, Digest: citations.Digest(pageGuide.content), Lead: citations.Lead(pageGuide.content)},
+		{N: 1, URL: hitInvoice.url, Title: hitInvoice.title, Tool: "web_search", RetrievedAt: &at, Digest: citations.Digest(hitInvoice.content), Lead: citations.Lead(hitInvoice.content), CallID: "call_a"},
+		{N: 2, URL: hitTypes.url, Title: hitTypes.title, Tool: "web_search", RetrievedAt: &at, Digest: citations.Digest(hitTypes.content), Lead: citations.Lead(hitTypes.content), CallID: "call_a"},
+		{N: 4, URL: pageGuide.url, Title: pageGuide.title, Tool: "open_web_page", RetrievedAt: &at, Digest: citations.Digest(pageGuide.content), Lead: citations.Lead(pageGuide.content), CallID: "call_b"},
 	}
 	require.Equal(t, want, out.Citations)
 

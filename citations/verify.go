@@ -16,6 +16,12 @@ type Citation struct {
 	Digest      string     `json:"digest,omitempty"`
 	// Lead is the first lines of the excerpt (see Lead), what a source card shows at once.
 	Lead string `json:"lead,omitempty"`
+	// CallID is the tool call whose result held the source and MessageID that result's stored TOOL
+	// message (0 when the registry was built before the message was stored, as a live run's is).
+	// They let a reader find the one tool message that holds the excerpt instead of rebuilding the
+	// registry from the whole run (the preview). Records written before these fields have neither.
+	CallID    string `json:"callId,omitempty"`
+	MessageID uint64 `json:"messageId,omitempty"`
 }
 
 // Verification is the outcome of checking an answer against a registry.
@@ -57,7 +63,8 @@ func Verify(content string, reg *Registry) Verification {
 			continue
 		}
 		src := reg.sources[n-1]
-		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: Digest(src.Excerpt), Lead: lead(src.Excerpt, reg.excerptValid(n))}
+		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: Digest(src.Excerpt), Lead: lead(src.Excerpt, reg.excerptValid(n)),
+			CallID: src.CallID, MessageID: src.MessageID}
 		if !src.At.IsZero() {
 			if at == nil {
 				at = make([]time.Time, 0, k)

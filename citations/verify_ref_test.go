@@ -86,7 +86,7 @@ func verifyReference(content string, r *refRegistry) Verification {
 		}
 		seen[n] = true
 		sum := sha256.Sum256([]byte(src.Excerpt))
-		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: "sha256:" + hex.EncodeToString(sum[:]), Lead: leadReference(src.Excerpt)}
+		c := Citation{N: n, URL: src.URL, Title: src.Title, Tool: src.Tool, Digest: "sha256:" + hex.EncodeToString(sum[:]), Lead: leadReference(src.Excerpt), CallID: src.CallID, MessageID: src.MessageID}
 		if !src.At.IsZero() {
 			at := src.At.UTC()
 			c.RetrievedAt = &at

@@ -27,7 +27,8 @@ type messageJSON struct {
 	Feedback     *feedbackJSON `json:"feedback,omitempty"`
 	RegenerateOf uint64        `json:"regenerateOf,omitempty"`
 	EditOf       uint64        `json:"editOf,omitempty"`
-	// Tools are the tool calls of the answer's run (final answers only; see historyJSON).
+	// Tools are the tool calls of the answer's run (final answers only; see pageJSON and
+	// historyStream).
 	Tools []toolLineJSON `json:"tools,omitempty"`
 }
 
@@ -120,28 +121,6 @@ func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request, u store.
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
 	return nil
-}
-
-func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, u store.User) error {
-	sess, err := s.ownedSession(r, u, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	msgs, err := s.history(r, sess.ID, langOf(r))
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, map[string]any{"sessionId": sess.ID, "messages": msgs})
-	return nil
-}
-
-func (s *Server) history(r *http.Request, sessionID, lang string) ([]messageJSON, error) {
-	all, err := s.st.ListMessages(r.Context(), sessionID)
-	if err != nil {
-		return nil, s.storeErr("list_messages", err)
-	}
-	return s.historyJSON(all, lang), nil
 }
 
 // shareJSON is a share link as its owner sees it (the answer to a share request and one entry of

@@ -31,6 +31,7 @@ type Store interface {
 	ListMessages(ctx context.Context, sessionID string) ([]store.Message, error)
 	ListMessagesAfter(ctx context.Context, sessionID string, afterID uint64, limit int) ([]store.Message, error)
 	ListRunMessages(ctx context.Context, runID string) ([]store.Message, error)
+	GetToolResult(ctx context.Context, runID, callID string) (store.Message, error)
 	LastMessageID(ctx context.Context, sessionID string) (uint64, error)
 	MergeMetadata(ctx context.Context, id uint64, patch map[string]json.RawMessage) error
 	GetRun(ctx context.Context, id string) (store.Run, error)

@@ -110,9 +110,10 @@ func publicLine(m store.Message) (exportLine, bool) {
 		// the raw text. Markers stay, so the citations can still be checked against the content.
 		line.Content, _, _ = citations.FilterLinks(m.Content, allowFunc(m.Metadata, cits))
 		// The lead is tool output (the excerpt's first lines): the owner's desktop shows it on
-		// a source card, an anonymous reader gets no excerpt at all.
+		// a source card, an anonymous reader gets no excerpt at all. Nor the ids of the tool
+		// call and message it came from: the tool record is not part of a share.
 		for i := range cits {
-			cits[i].Lead = ""
+			cits[i].Lead, cits[i].CallID, cits[i].MessageID = "", "", 0
 		}
 		if len(cits) > 0 {
 			md, err := json.Marshal(map[string][]citations.Citation{"citations": cits})

@@ -24,28 +24,9 @@ type toolLineJSON struct {
 // characters.
 const maxToolArg = 300
 
-// historyJSON is the conversation view of a session's messages: the visible messages, each final
-// answer with the tool lines of its run. The tool calls and results are among all already (they
-// are messages of the session), so no further read is needed.
-func (s *Server) historyJSON(all []store.Message, lang string) []messageJSON {
-	lines := runToolLines(all)
-	out := make([]messageJSON, 0, len(all))
-	for _, m := range all {
-		if !visible(m) {
-			continue
-		}
-		mj := s.toMessageJSON(m, lang)
-		if m.Role == store.RoleAssistant && m.RunID != "" {
-			mj.Tools = lines[m.RunID]
-		}
-		out = append(out, mj)
-	}
-	return out
-}
-
-// pageJSON is historyJSON for a page read without tool traffic (session.open / session.more, see
-// ws_page.go): each final answer's tool lines come from its own run through the run → messages
-// index. A failed read costs that answer its tool lines, not the page.
+// pageJSON is the conversation view of a page read without tool traffic (session.open /
+// session.more, see ws_page.go; the paged REST history): the visible messages, each final answer
+// with the tool lines of its own run, read through the run → messages index. A failed read costs that answer its tool lines, not the page.
 func (s *Server) pageJSON(ctx context.Context, page []store.Message, lang string) []messageJSON {
 	out := make([]messageJSON, 0, len(page))
 	for _, m := range page {

@@ -150,7 +150,9 @@ func operatorShareID(r *http.Request) (string, error) {
 
 // handleOperatorShare shows one share read-only, as the share page renders it, with each answer's
 // review figures. The view is audited before anything is rendered: a view the log cannot record is
-// not shown.
+// not shown. Like the share page it reads the conversation a page at a time up to the share's
+// watermark and writes each page as it goes (shareContent), so a share of any length costs one
+// page of memory; each answer's marker counts come from its own run record.
 func (s *Server) handleOperatorShare(w http.ResponseWriter, r *http.Request, u store.User) error {
 	lang := langOf(r)
 	id, err := operatorShareID(r)
@@ -161,7 +163,7 @@ func (s *Server) handleOperatorShare(w http.ResponseWriter, r *http.Request, u s
 	if err != nil {
 		return s.storeErr("get_share_by_id", err)
 	}
-	sess, msgs, runs, err := s.shareContent(r.Context(), sh)
+	sess, first, next, err := s.shareContent(r.Context(), sh)
 	if err != nil {
 		return err
 	}
@@ -174,29 +176,48 @@ func (s *Server) handleOperatorShare(w http.ResponseWriter, r *http.Request, u s
 	}); err != nil {
 		return s.storeErr("append_audit", err)
 	}
-	view := web.OperatorShareView{
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	page, err := web.StartOperatorShare(w, web.OperatorShareView{
 		Lang: lang, UserName: u.Name, ID: id, Title: sess.Title, Owner: owner.Name,
 		RevokeURL: operatorShareURL(id) + "/revoke", CreatedAt: sh.CreatedAt, Watermark: sh.Watermark,
-	}
-	byFinal := runsByFinal(runs)
-	for _, m := range msgs {
-		if !visible(m) {
-			continue
-		}
-		cits := citations.FromMetadata(m.Metadata)
-		om := web.OperatorMessage{MessageView: web.MessageView{
-			ID: m.ID, Role: string(m.Role), CreatedAt: m.CreatedAt,
-			HTML: template.HTML(s.renderMessage(m, cits, lang, false)), //nolint:gosec // markdown.Render output is sanitised
-		}}
-		if m.Role == store.RoleAssistant {
-			rv := reviewAnswer(m, byFinal)
-			om.Kept, om.Dropped, om.Hidden, om.Up, om.Down, om.HasRun = rv.kept, rv.dropped, rv.hidden, rv.up, rv.down, rv.hasRun
-		}
-		view.Messages = append(view.Messages, om)
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := web.RenderOperatorShare(w, view); err != nil {
+	})
+	if err != nil {
 		s.log.WarnContext(r.Context(), "render operator share", "err", err)
+		return nil
+	}
+	rc := http.NewResponseController(w)
+	for msgs := first; len(msgs) > 0; {
+		for _, m := range msgs {
+			if !visible(m) {
+				continue
+			}
+			cits := citations.FromMetadata(m.Metadata)
+			om := web.OperatorMessage{MessageView: web.MessageView{
+				ID: m.ID, Role: string(m.Role), CreatedAt: m.CreatedAt,
+				HTML: template.HTML(s.renderMessage(m, cits, lang, false)), //nolint:gosec // markdown.Render output is sanitised
+			}}
+			if m.Role == store.RoleAssistant {
+				rv := reviewAnswer(m, s.finalRun(r.Context(), m))
+				om.Kept, om.Dropped, om.Hidden, om.Up, om.Down, om.HasRun = rv.kept, rv.dropped, rv.hidden, rv.up, rv.down, rv.hasRun
+			}
+			if err := page.Message(om); err != nil {
+				s.log.DebugContext(r.Context(), "operator share view aborted", "share", id, "err", err)
+				return nil
+			}
+		}
+		if err := page.Flush(); err != nil {
+			s.log.DebugContext(r.Context(), "operator share view aborted", "share", id, "err", err)
+			return nil
+		}
+		_ = rc.Flush() // not every writer flushes; the page still arrives at the end
+		if msgs, err = next(); err != nil {
+			s.storeErr("list_messages_after", err)
+			s.log.ErrorContext(r.Context(), "operator share view cut short by a store error", "share", id, "err", err)
+			return nil
+		}
+	}
+	if err := page.End(); err != nil {
+		s.log.DebugContext(r.Context(), "operator share view aborted", "share", id, "err", err)
 	}
 	return nil
 }

@@ -12,8 +12,9 @@ import (
 
 // BenchmarkOperatorConsole measures the operator console (handler CPU, no network) over 10 and 100
 // shared 20-message chats, against the baseline of the operator's read-only view of one such share.
-// The console reads every shared chat's messages and runs on each request, so its cost should grow
-// with the number of shares and stay near one view's store read per share (it renders no answers).
+// The console reads every shared chat's dialog (a page at a time, tool traffic skipped) and runs on
+// each request, so its cost should grow with the number of shares and stay near one view's store
+// read per share (it renders no answers).
 func BenchmarkOperatorConsole(b *testing.B) {
 	for _, c := range []struct {
 		name   string

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,9 @@ type shareReview struct {
 	share                           store.OperatorShare
 	messages                        int // visible messages (questions and answers)
 	kept, dropped, hidden, up, down int
-	answers                         []answerReview
+	// answers are the shared answers a console filter can list (markers dropped or links
+	// hidden), in message order.
+	answers []answerReview
 }
 
 // answerReview is one shared answer's figures.
@@ -31,82 +34,162 @@ type answerReview struct {
 }
 
 // reviewShares lists every live share with its figures. Each shared session is read once however
-// many shares it has.
+// many shares it has (reviewSession), one session at a time.
 func (s *Server) reviewShares(ctx context.Context) ([]shareReview, error) {
 	all, err := s.st.ListAllShares(ctx)
 	if err != nil {
 		return nil, s.storeErr("list_all_shares", err)
 	}
-	type content struct {
-		msgs []store.Message
-		runs []store.Run
-	}
-	loaded := map[string]content{}
-	out := make([]shareReview, 0, len(all))
-	for _, e := range all {
-		rv := shareReview{share: e}
-		if e.Session.ID != "" {
-			c, ok := loaded[e.SessionID]
-			if !ok {
-				msgs, runs, err := s.sessionContent(ctx, e.SessionID)
-				if err != nil && !errors.Is(err, errShareGone) {
-					return nil, err
-				}
-				c = content{msgs, runs}
-				loaded[e.SessionID] = c
-			}
-			rv.fill(upTo(c.msgs, e.Watermark), c.runs)
+	out := make([]shareReview, len(all))
+	bySession := map[string][]*shareReview{}
+	var order []string
+	for i, e := range all {
+		out[i] = shareReview{share: e}
+		if e.Session.ID == "" {
+			continue
 		}
-		out = append(out, rv)
+		if _, ok := bySession[e.SessionID]; !ok {
+			order = append(order, e.SessionID)
+		}
+		bySession[e.SessionID] = append(bySession[e.SessionID], &out[i])
+	}
+	for _, id := range order {
+		if err := s.reviewSession(ctx, id, bySession[id]); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// sessionContent reads a session's messages and runs; a session deleted meanwhile is errShareGone.
-func (s *Server) sessionContent(ctx context.Context, sessionID string) ([]store.Message, []store.Run, error) {
-	msgs, err := s.st.ListMessages(ctx, sessionID)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil, errShareGone
-		}
-		return nil, nil, s.storeErr("list_messages", err)
+// reviewPage is how many messages one read of the console's review fetches.
+const reviewPage = 256
+
+// pendingAnswer is a flagged answer (dropped markers or hidden links) read before its question:
+// the review walks a session backwards.
+type pendingAnswer struct {
+	a  answerReview
+	in []*shareReview // the shares whose snapshot holds it
+}
+
+// reviewSession fills the figures of the shares of one session. It reads the conversation
+// backwards from the newest watermark a page at a time, USER messages and answers only (the
+// dialog index skips tool traffic without decoding it), so it holds one page, the session's run
+// records (for marker counts) and the flagged answers still waiting for their question, never the
+// session. A message counts for every share whose watermark it is at or below. A session deleted
+// meanwhile leaves its shares' figures at zero.
+func (s *Server) reviewSession(ctx context.Context, sessionID string, shares []*shareReview) error {
+	var newest uint64
+	for _, rv := range shares {
+		newest = max(newest, rv.share.Watermark)
+	}
+	if newest == 0 {
+		return nil
 	}
 	runs, err := s.st.ListRuns(ctx, sessionID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, nil, errShareGone
+			return nil
 		}
-		return nil, nil, s.storeErr("list_runs", err)
+		return s.storeErr("list_runs", err)
 	}
-	return msgs, runs, nil
+	byFinal := runsByFinal(runs)
+	var pending []pendingAnswer
+	settle := func(question string) {
+		for _, p := range pending {
+			p.a.question = question
+			for _, rv := range p.in {
+				rv.answers = append(rv.answers, p.a)
+			}
+		}
+		pending = pending[:0]
+	}
+	before := newest + 1
+	for {
+		page, err := s.st.ListDialogBefore(ctx, sessionID, before, reviewPage)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				break
+			}
+			return s.storeErr("list_dialog_before", err)
+		}
+		for i := len(page) - 1; i >= 0; i-- {
+			m := page[i]
+			if !visible(m) {
+				continue
+			}
+			var in []*shareReview
+			for _, rv := range shares {
+				if m.ID <= rv.share.Watermark {
+					rv.messages++
+					in = append(in, rv)
+				}
+			}
+			if m.Role == store.RoleUser {
+				settle(shorten(m.Content, 80))
+				continue
+			}
+			var run *store.Run
+			if r, ok := byFinal[m.ID]; ok {
+				run = &r
+			}
+			a := reviewAnswer(m, run)
+			for _, rv := range in {
+				rv.kept += a.kept
+				rv.dropped += a.dropped
+				rv.hidden += a.hidden
+				rv.up += a.up
+				rv.down += a.down
+			}
+			if a.dropped > 0 || a.hidden > 0 {
+				pending = append(pending, pendingAnswer{a, in})
+			}
+		}
+		if len(page) < reviewPage {
+			break
+		}
+		before = page[0].ID
+	}
+	settle("")
+	for _, rv := range shares {
+		slices.Reverse(rv.answers)
+	}
+	return nil
 }
 
-// shareContent is what an operator may see of a share: its session and the messages up to the
-// watermark, with the session's runs (for marker counts). A share whose session is gone is not found.
-func (s *Server) shareContent(ctx context.Context, sh store.Share) (store.Session, []store.Message, []store.Run, error) {
+// shareContent is what an operator may see of a share: its session and an iterator over the
+// session's messages up to the watermark, a page per call (messagePages, as the share page reads
+// it), its first page already read. A share whose session is gone is not found.
+func (s *Server) shareContent(ctx context.Context, sh store.Share) (store.Session, []store.Message, func() ([]store.Message, error), error) {
 	sess, err := s.st.GetSession(ctx, sh.SessionID)
 	if err != nil {
 		return sess, nil, nil, s.storeErr("get_session", err)
 	}
-	msgs, runs, err := s.sessionContent(ctx, sess.ID)
-	if errors.Is(err, errShareGone) {
-		return sess, nil, nil, errNotFound()
-	}
+	next := s.messagePages(ctx, sess.ID, sh.Watermark)
+	first, err := next()
 	if err != nil {
-		return sess, nil, nil, err
+		return sess, nil, nil, s.storeErr("list_messages_after", err) // ErrNotFound: deleted a moment ago
 	}
-	return sess, upTo(msgs, sh.Watermark), runs, nil
+	return sess, first, next, nil
 }
 
-// upTo keeps the messages at or below the watermark: the snapshot a share froze. Messages are in
-// id order, so the cut is a prefix.
-func upTo(msgs []store.Message, watermark uint64) []store.Message {
-	for i, m := range msgs {
-		if m.ID > watermark {
-			return msgs[:i]
-		}
+// finalRun is the run whose final answer m is, when its record says so; a failed read costs the
+// answer its marker counts, not the view.
+func (s *Server) finalRun(ctx context.Context, m store.Message) *store.Run {
+	if m.RunID == "" {
+		return nil
 	}
-	return msgs
+	r, err := s.st.GetRun(ctx, m.RunID)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			s.storeErr("get_run", err)
+			s.log.WarnContext(ctx, "operator review: run unreadable", "run", m.RunID, "err", err)
+		}
+		return nil
+	}
+	if r.FinalMessageID != m.ID {
+		return nil
+	}
+	return &r
 }
 
 // runsByFinal indexes runs by their final answer's message id.
@@ -120,35 +203,12 @@ func runsByFinal(runs []store.Run) map[uint64]store.Run {
 	return out
 }
 
-func (rv *shareReview) fill(msgs []store.Message, runs []store.Run) {
-	byFinal := runsByFinal(runs)
-	question := ""
-	for _, m := range msgs {
-		if !visible(m) {
-			continue
-		}
-		rv.messages++
-		if m.Role == store.RoleUser {
-			question = shorten(m.Content, 80)
-			continue
-		}
-		a := reviewAnswer(m, byFinal)
-		a.question = question
-		rv.kept += a.kept
-		rv.dropped += a.dropped
-		rv.hidden += a.hidden
-		rv.up += a.up
-		rv.down += a.down
-		rv.answers = append(rv.answers, a)
-	}
-}
-
-// reviewAnswer reads an answer's figures: marker counts from its run, hidden links from
-// metadata.links.hidden, feedback from metadata.feedback.
-func reviewAnswer(m store.Message, byFinal map[uint64]store.Run) answerReview {
+// reviewAnswer reads an answer's figures: marker counts from its run (nil: unknown), hidden links
+// from metadata.links.hidden, feedback from metadata.feedback.
+func reviewAnswer(m store.Message, run *store.Run) answerReview {
 	a := answerReview{id: m.ID, at: m.CreatedAt}
-	if r, ok := byFinal[m.ID]; ok {
-		a.hasRun, a.kept, a.dropped = true, r.MarkersKept, r.MarkersDropped
+	if run != nil {
+		a.hasRun, a.kept, a.dropped = true, run.MarkersKept, run.MarkersDropped
 	}
 	a.hidden = hiddenLinks(m.Metadata)
 	a.up, a.down = feedbackVotes(m.Metadata)

@@ -39,9 +39,9 @@ const (
 	secretUnshared = "UNSHARED-CHAT-QUESTION"
 )
 
-func newOpFixture(t *testing.T) *opFixture {
+func newOpFixture(t *testing.T, opts ...envOpt) *opFixture {
 	t.Helper()
-	e := newEnv(t)
+	e := newEnv(t, opts...)
 	// The scripted model answers by question: a marker it never retrieved ([^9^], dropped), a bare
 	// link nobody verified (hidden), or a plain cited answer.
 	e.model.answer = func(q string, _ []string) string {
@@ -170,7 +170,8 @@ func TestOperatorRoutesAreNotFoundForEveryoneElse(t *testing.T) {
 }
 
 func TestOperatorConsoleListsSharesWithFigures(t *testing.T) {
-	f := newOpFixture(t)
+	rc := &readCounter{} // refuses whole-session reads
+	f := newOpFixture(t, withReadCounter(rc))
 	status, hdr, page := f.req("GET", "/operator", bearer(f.olgaTok))
 	require.Equal(t, http.StatusOK, status, page)
 	assert.Contains(t, hdr.Get("Content-Type"), "text/html")
@@ -213,6 +214,8 @@ func TestOperatorConsoleListsSharesWithFigures(t *testing.T) {
 		assert.NotContains(t, p, f.share.Token, "the owner's link is not handed out")
 	}
 	assert.Empty(t, f.auditOf(store.AuditShareView), "listing is not a view of a conversation")
+	assert.Zero(t, rc.n("ListMessages"))
+	assert.Zero(t, rc.n("ListMessagesAfter"), "the console reads dialog pages, not tool traffic")
 }
 
 func (f *opFixture) auditOf(action string) []store.AuditEntry {

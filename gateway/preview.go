@@ -78,8 +78,8 @@ type LivePage struct {
 	Full string
 }
 
-// handlePreview returns the text the model was given for citation n of a final answer: the run's
-// registry is rebuilt from the run's stored TOOL messages, exactly as the citation hook built it.
+// handlePreview returns the text the model was given for citation n of a final answer, read from
+// the one TOOL message that held the source (citedSource).
 // With ?recheck=1 it also compares that text with the live page (only for the message's owner:
 // anything else is 404 before any fetch happens).
 func (s *Server) handlePreview(w http.ResponseWriter, r *http.Request, u store.User) error {
@@ -105,23 +105,9 @@ func (s *Server) handlePreview(w http.ResponseWriter, r *http.Request, u store.U
 	if cit == nil {
 		return errNotFound()
 	}
-	// Only the answer's own run is read (run → messages index), never the rest of its session.
-	runMsgs, err := s.st.ListRunMessages(r.Context(), m.RunID)
+	src, err := s.citedSource(r.Context(), m, *cit)
 	if err != nil {
-		return s.storeErr("list_run_messages", err)
-	}
-	var results []citations.ToolResult
-	for _, t := range runMsgs {
-		if t.Role == store.RoleTool && t.RunID == m.RunID && t.SessionID == m.SessionID {
-			results = append(results, citations.ToolResult{Tool: t.ToolName, CallID: t.ToolCallID, MessageID: t.ID, Content: t.Content, At: t.CreatedAt})
-		}
-	}
-	src, ok := citations.BuildRegistry(results).Lookup(n)
-	if !ok || src.URL != cit.URL {
-		// The record and the run's tool messages disagree; showing a different source's text
-		// would be worse than showing none.
-		s.log.WarnContext(r.Context(), "preview: citation does not match the run's registry", "message", m.ID, "n", n)
-		return errNotFound()
+		return err
 	}
 	excerpt, truncated := cutUTF16(src.Excerpt, MaxExcerptUTF16)
 	out := previewJSON{
@@ -153,6 +139,75 @@ func (s *Server) handlePreview(w http.ResponseWriter, r *http.Request, u store.U
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// citedSource finds the source of citation cit of answer m. A record that names the tool message
+// (messageId) or the tool call (callId) that held it costs one more read: that message, parsed
+// alone into a fresh registry. Sources are entered by URL and a message's first result with a URL
+// is the one the run's registry took from it, so the excerpt is the one the model was given; the
+// URL and, when the record has one, the digest must still match the record. A record written before
+// citations named their message rebuilds the run's registry from its TOOL messages (run → messages
+// index), exactly as the citation hook built it. A record that disagrees with the tool messages is
+// not found: showing a different source's text would be worse than showing none.
+func (s *Server) citedSource(ctx context.Context, m store.Message, cit citations.Citation) (citations.Source, error) {
+	if cit.MessageID == 0 && cit.CallID == "" {
+		return s.runSource(ctx, m, cit)
+	}
+	var (
+		t   store.Message
+		err error
+	)
+	if cit.MessageID != 0 {
+		t, err = s.st.GetMessage(ctx, cit.MessageID)
+	} else {
+		t, err = s.st.GetToolResult(ctx, m.RunID, cit.CallID)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		s.log.WarnContext(ctx, "preview: the citation's tool message is gone", "message", m.ID, "n", cit.N)
+		return citations.Source{}, errNotFound()
+	}
+	if err != nil {
+		return citations.Source{}, s.storeErr("get_tool_result", err)
+	}
+	if t.Role != store.RoleTool || t.RunID != m.RunID || t.SessionID != m.SessionID || (cit.CallID != "" && t.ToolCallID != cit.CallID) {
+		s.log.WarnContext(ctx, "preview: the citation names a message that is not its run's tool result", "message", m.ID, "n", cit.N, "tool_message", t.ID)
+		return citations.Source{}, errNotFound()
+	}
+	var reg citations.Registry
+	reg.Add(citations.ToolResult{Tool: t.ToolName, CallID: t.ToolCallID, MessageID: t.ID, Content: t.Content, At: t.CreatedAt})
+	for _, src := range reg.Sources() {
+		if src.URL != cit.URL {
+			continue
+		}
+		if cit.Digest != "" && citations.Digest(src.Excerpt) != cit.Digest {
+			break
+		}
+		return src, nil
+	}
+	s.log.WarnContext(ctx, "preview: citation does not match its tool message", "message", m.ID, "n", cit.N, "tool_message", t.ID)
+	return citations.Source{}, errNotFound()
+}
+
+// runSource finds citation cit's source in the registry rebuilt from all of the run's TOOL
+// messages (records without messageId and callId).
+func (s *Server) runSource(ctx context.Context, m store.Message, cit citations.Citation) (citations.Source, error) {
+	// Only the answer's own run is read (run → messages index), never the rest of its session.
+	runMsgs, err := s.st.ListRunMessages(ctx, m.RunID)
+	if err != nil {
+		return citations.Source{}, s.storeErr("list_run_messages", err)
+	}
+	var results []citations.ToolResult
+	for _, t := range runMsgs {
+		if t.Role == store.RoleTool && t.RunID == m.RunID && t.SessionID == m.SessionID {
+			results = append(results, citations.ToolResult{Tool: t.ToolName, CallID: t.ToolCallID, MessageID: t.ID, Content: t.Content, At: t.CreatedAt})
+		}
+	}
+	src, ok := citations.BuildRegistry(results).Lookup(cit.N)
+	if !ok || src.URL != cit.URL {
+		s.log.WarnContext(ctx, "preview: citation does not match the run's registry", "message", m.ID, "n", cit.N)
+		return citations.Source{}, errNotFound()
+	}
+	return src, nil
 }
 
 // recheck fetches the source's live page and compares it with the excerpt the model was given,

@@ -61,7 +61,7 @@ type previewFixture struct {
 // newPreviewFixture runs one turn whose model opens a local page (open_web_page through the real
 // guarded fetcher, allowed to reach 127.0.0.1) and searches (a snippet from another local page and
 // a long excerpt with astral characters), then cites all three.
-func newPreviewFixture(t *testing.T, withFetch bool) *previewFixture {
+func newPreviewFixture(t *testing.T, withFetch bool, opts ...envOpt) *previewFixture {
 	site := &livePages{pages: map[string]string{
 		"/page":    "发票红冲说明\n\n电子发票抬头写错后，应先申请红冲原发票，再按正确抬头重新开具。",
 		"/snippet": "报销制度\n\n差旅费用应在出差结束后 30 天内提交报销申请，逾期需部门负责人审批。\n其他内容。",
@@ -72,7 +72,7 @@ func newPreviewFixture(t *testing.T, withFetch bool) *previewFixture {
 	require.NoError(t, err)
 	long := strings.Repeat("𝄞音符", 8000) // 4 UTF-16 units per repeat: 32,000 units
 	f := &previewFixture{site: site, siteSrv: ss, siteURL: ss.URL, long: long}
-	f.e = newEnv(t, func(c *Config, a *agentCfg) {
+	f.e = newEnv(t, append([]envOpt{func(c *Config, a *agentCfg) {
 		if withFetch {
 			c.Fetch = liveFetch(fetcher)
 		}
@@ -96,7 +96,7 @@ func newPreviewFixture(t *testing.T, withFetch bool) *previewFixture {
 				return "先红冲再重开。[^1^] 报销 30 天内。[^2^] 长文。[^3^] 伪造。[^7^]"
 			},
 		}
-	})
+	}}, opts...)...)
 	u, tok := f.e.user("alice")
 	f.tok = tok
 	s := f.e.session(u, "preview")

@@ -91,6 +91,9 @@ func TestShareWatermarkAndRevoke(t *testing.T) {
 		assert.NotContains(t, l["content"], "后来的追问XYZ")
 	}
 	assert.Equal(t, float64(first.FinalMessageID), lines[len(lines)-1]["id"])
+	assert.Contains(t, body, `"citations"`)
+	assert.NotContains(t, body, `"callId"`, "the tool record stays out, its ids included")
+	assert.NotContains(t, body, `"messageId"`)
 	full := parseJSONL(t, mustGet(t, e, "/api/sessions/"+s.ID+"/export.jsonl", tok))
 	assert.Greater(t, len(full), len(lines))
 

@@ -54,14 +54,19 @@ func (c *client) sessionPage(ctx context.Context, f clientFrame, before uint64) 
 // and whether anything older is left. The websocket's session.history and the app shell's first
 // page (firstPage) both come from here, so the page a reload shows is the page the socket sends.
 func (s *Server) historyPage(ctx context.Context, sessionID string, before uint64, lang string) ([]messageJSON, bool, error) {
+	return s.historyPageN(ctx, sessionID, before, historyPageSize, lang)
+}
+
+// historyPageN is historyPage with at most limit messages (GET /api/sessions/{id}/messages?limit=).
+func (s *Server) historyPageN(ctx context.Context, sessionID string, before uint64, limit int, lang string) ([]messageJSON, bool, error) {
 	// ListDialogBefore reads the session's index backwards from the cursor and skips tool traffic
 	// without decoding it: exactly the messages visible() keeps. One more than a page tells
 	// whether an older one exists.
-	page, err := s.st.ListDialogBefore(ctx, sessionID, before, historyPageSize+1)
+	page, err := s.st.ListDialogBefore(ctx, sessionID, before, limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("history page: %w", err)
 	}
-	more := len(page) > historyPageSize
+	more := len(page) > limit
 	if more {
 		page = page[1:]
 	}

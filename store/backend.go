@@ -45,6 +45,9 @@ type Backend interface {
 	// AppendMessages appends several messages of one session in one transaction (turn.go).
 	AppendMessages(ctx context.Context, ms []Message) ([]Message, error)
 	ListRunMessages(ctx context.Context, runID string) ([]Message, error)
+	// GetToolResult is the run's TOOL message answering one tool call (tool_result.go): what a
+	// citation's excerpt is read from without reading the rest of the run.
+	GetToolResult(ctx context.Context, runID, callID string) (Message, error)
 	LastMessageID(ctx context.Context, sessionID string) (uint64, error)
 	MergeMetadata(ctx context.Context, id uint64, patch map[string]json.RawMessage) error
 

@@ -120,7 +120,7 @@ func (s *Store) appendManyLocked(tx *bolt.Tx, in []Message) ([]Message, error) {
 			}
 		}
 		if msg.RunID != "" {
-			if err := byRun.Put(prefixKey(msg.RunID, u64(id)), nil); err != nil {
+			if err := byRun.Put(prefixKey(msg.RunID, u64(id)), runIndexValue(msg, kind)); err != nil {
 				return nil, fmt.Errorf("index message %d by run: %w", id, err)
 			}
 		}

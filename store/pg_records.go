@@ -722,3 +722,19 @@ func (p *PG) AcceptInbound(ctx context.Context, in Inbound) (Accepted, error) {
 	}
 	return out, nil
 }
+
+// GetToolResult returns the first TOOL message of run runID that answers tool call callID, or
+// ErrNotFound. The run's index (messages_run_idx) bounds the read to the run's rows.
+func (p *PG) GetToolResult(ctx context.Context, runID, callID string) (Message, error) {
+	var m Message
+	if runID == "" || callID == "" {
+		return m, fmt.Errorf("tool result %q of run %q: %w", callID, runID, ErrNotFound)
+	}
+	err := p.q(ctx, "get tool result", func(q pgq) error {
+		var err error
+		m, err = scanMessage(q.QueryRow(ctx, `SELECT `+pgMessageCols+` FROM messages
+			WHERE run_id = $1 AND run_id <> '' AND role = $3 AND tool_call_id = $2 ORDER BY id LIMIT 1`, runID, callID, string(RoleTool)))
+		return notFound(err, "tool result", runID+"/"+callID)
+	})
+	return m, err
+}

@@ -43,7 +43,7 @@ var (
 	bucketConversations   = []byte("conversations")    // conversation key → session id
 	bucketMessages        = []byte("messages")         // big-endian id → Message
 	bucketSessionMessages = []byte("session_messages") // sessionID\x00 big-endian id → message kind (one byte, see kindOf)
-	bucketRunMessages     = []byte("run_messages")     // runID\x00 big-endian id → ""
+	bucketRunMessages     = []byte("run_messages")     // runID\x00 big-endian id → kind [+ tool call id] (tool_result.go; "" before)
 	bucketRuns            = []byte("runs")             // run id → Run
 	bucketSessionRuns     = []byte("session_runs")     // sessionID\x00 big-endian seq → run id
 	bucketRunning         = []byte("running_runs")     // run id → "" while RUNNING (crash recovery)

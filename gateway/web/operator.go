@@ -1,6 +1,8 @@
 package web
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"time"
 )
@@ -72,6 +74,65 @@ type OperatorMessage struct {
 func RenderOperator(w io.Writer, d OperatorPage) error {
 	d.Lang = normLang(d.Lang)
 	return render(w, "operator.html", d)
+}
+
+// opMsg is what the operator_share.msg template places: one message and the page language.
+type opMsg struct {
+	Lang string
+	M    OperatorMessage
+}
+
+// OperatorShareStream writes the operator's view of a share in parts, as ShareStream writes the
+// share page: StartOperatorShare everything above the messages, Message one message, End the
+// empty-conversation notice when nothing was written and everything below. Output is buffered;
+// Flush hands what is buffered to the writer.
+type OperatorShareStream struct {
+	w    *bufio.Writer
+	lang string
+	n    int
+}
+
+// StartOperatorShare writes the head of the view described by d (d.Messages is ignored).
+func StartOperatorShare(w io.Writer, d OperatorShareView) (*OperatorShareStream, error) {
+	if initErr != nil {
+		return nil, initErr
+	}
+	d.Lang = normLang(d.Lang)
+	d.Messages = nil
+	s := &OperatorShareStream{w: bufio.NewWriterSize(w, 32<<10), lang: d.Lang}
+	if err := s.exec("operator_share.head", d); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Message writes one message.
+func (s *OperatorShareStream) Message(m OperatorMessage) error {
+	s.n++
+	return s.exec("operator_share.msg", opMsg{Lang: s.lang, M: m})
+}
+
+// Flush sends what is buffered.
+func (s *OperatorShareStream) Flush() error { return s.w.Flush() }
+
+// End writes the rest of the view and flushes it.
+func (s *OperatorShareStream) End() error {
+	if s.n == 0 {
+		if err := s.exec("operator_share.empty", struct{ Lang string }{s.lang}); err != nil {
+			return err
+		}
+	}
+	if err := s.exec("operator_share.foot", nil); err != nil {
+		return err
+	}
+	return s.w.Flush()
+}
+
+func (s *OperatorShareStream) exec(name string, data any) error {
+	if err := tmpl.ExecuteTemplate(s.w, name, data); err != nil {
+		return fmt.Errorf("web: render %s: %w", name, err)
+	}
+	return nil
 }
 
 // RenderOperatorShare writes the operator's read-only view of one share.

@@ -105,6 +105,7 @@ func init() {
 			"fmtTime":  fmtTime,
 			"isUser":   func(role string) bool { return role == "USER" },
 			"shareMsg": func(lang string, m MessageView) shareMsg { return shareMsg{Lang: lang, M: m} },
+			"opMsg":    func(lang string, m OperatorMessage) opMsg { return opMsg{Lang: lang, M: m} },
 			"v":        func() string { return assetVersion },
 			// The inline scroll script and the CSP source that allows it (see firstScroll).
 			"firstScroll":     func() template.JS { return template.JS(firstScroll) }, // #nosec G203 -- a constant

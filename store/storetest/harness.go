@@ -104,6 +104,7 @@ var tests = []struct {
 	{"AppendMessagesInOneStep", testAppendMessagesInOneStep},
 	{"ConcurrentTurnsKeepSessionOrder", testConcurrentTurnsKeepSessionOrder},
 	{"DialogLinesMatchTheDialog", testDialogLinesMatchTheDialog},
+	{"GetToolResult", testGetToolResult},
 }
 
 // Run runs the whole suite against one backend, each test on a fresh database.
