@@ -152,22 +152,25 @@ func runePrefix(s string, keep, limit int) (off, count int) {
 
 // plainText8 reports whether none of the bytes of s[i:i+8] is below 0x21 (space, tab, newline and
 // the other controls) or 0xc2, 0xe1, 0xe2 or 0xe3 (the first bytes of every non-ASCII white space
-// rune), with the word tests of plain8.
+// rune), with the word tests of plain8; a false "no" only sends the word to the byte loop.
 func plainText8(s string, i int) bool {
-	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	w := s[i : i+8] // one bounds check, and the eight loads below become one
+	x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	low := (x - ones*0x21) & ^x & highs
-	eq := func(v uint64) uint64 { y := x ^ (ones * v); return (y - ones) & ^y & highs }
-	return low|eq(0xc2)|eq(0xe1)|eq(0xe2)|eq(0xe3) == 0
+	c2 := x ^ (ones * 0xc2) // 0xc2 bytes become zero
+	e0 := x ^ (ones * 0xe0) // 0xe0…0xe3 bytes become 0…3 (0xe0 needlessly: it then takes the byte loop)
+	return low|(c2-ones)&^c2&highs|(e0-ones*4)&^e0&highs == 0
 }
 
 // runeStarts8 counts the bytes of s[i:i+8] that start a rune (every byte but a 10xxxxxx continuation
 // byte): x &^ (x << 1) has the high bit of exactly the continuation bytes set (the bit shifted in from
 // the byte below lands in bit 0 and is masked off).
 func runeStarts8(s string, i int) int {
-	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	w := s[i : i+8] // one bounds check, and the eight loads below become one
+	x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
 	return 8 - bits.OnesCount64(x&^(x<<1)&0x8080808080808080)
 }
 
