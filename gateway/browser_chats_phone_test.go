@@ -71,6 +71,7 @@ func TestBrowserChatsPhone(t *testing.T) {
 		fits := evalJS[bool](t, tb, `[...document.querySelectorAll('#search-results a')].every((a) => { const r = a.getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= innerWidth + 1; })`)
 		assert.True(t, fits, "the results fit the drawer")
 		assert.Empty(t, smallTargets(t, tb, `#drawer-close, #new-chat, #chat-search, #search-results a`, touchTarget), "the drawer's search and its results are touch-sized")
+		assert.Empty(t, smallTargets(t, tb, `#shares-btn, .me-lang .lang-opt, .me form button`, touchTarget), "the account box's controls are touch-sized")
 		auditA11y(t, tb, "search results phone-dark")
 		screenshot(t, tb, "search-results-phone-dark")
 		// The keyboard reaches the result; Enter opens the chat at the message and closes the drawer.
@@ -168,6 +169,20 @@ func TestBrowserChatsPhone(t *testing.T) {
 		})()`, chromedp.EvalAwaitPromise))
 		require.NoError(t, err)
 		assert.True(t, quick, "the confirmation stays when the tap comes before the menu's toggle event")
+		// ⋯ tapped twice in a row closes and opens the menu before the closing toggle event runs
+		// (toggle events coalesce into one with open = true): the menu opens afresh, with 删除对话
+		// and no confirmation left over (before, the next click on 删除对话 waited for a hidden button).
+		fresh, err := chromedp.Run(ctx2, chromedp.Evaluate[bool](`(async () => {
+			const m = document.querySelector('.chat-menu');
+			const s = m.querySelector('summary');
+			const toggled = new Promise((r) => m.addEventListener('toggle', r, {once: true}));
+			s.click();
+			s.click();
+			await toggled;
+			return m.open && !m.querySelector('.delete').hidden && m.querySelector('.delete-confirm').hidden;
+		})()`, chromedp.EvalAwaitPromise))
+		require.NoError(t, err)
+		assert.True(t, fresh, "a menu closed and opened again shows 删除对话, not the old confirmation")
 		press(t, tb, kb.Escape)
 		waitJS(t, tb, 15*time.Second, `!document.querySelector('.chat-menu').open`, "Escape closes the menu")
 		menu(t)

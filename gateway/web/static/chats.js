@@ -183,13 +183,18 @@
   // The confirmation is put away when the menu closes, not when it opens: the toggle event is a
   // task queued after the opening click, and a tap on 删除对话 can be handled before it (input
   // runs ahead of other tasks on a busy page), so resetting on open hid the confirmation just asked.
+  // The reset also runs at the opening click itself (before the details element opens, so before any
+  // tap inside it): toggle events coalesce, and a menu closed and opened again before the closing
+  // toggle ran gets one toggle with open = true, which would keep the old confirmation up and
+  // 删除对话 hidden.
+  const resetConfirm = () => { confirmBox.hidden = true; deleteBtn.hidden = false; };
+  summary.addEventListener('click', () => { if (!menu.open) resetConfirm(); });
   menu.addEventListener('toggle', () => {
     if (menu.open) { syncMenu(); return; }
-    confirmBox.hidden = true;
-    deleteBtn.hidden = false;
+    resetConfirm();
   });
   menu.addEventListener('keydown', (e) => {
-    if (e.key === 'Escape' && menu.open) { e.stopPropagation(); menu.open = false; summary.focus(); }
+    if (e.key === 'Escape' && menu.open) { e.stopPropagation(); menu.open = false; resetConfirm(); summary.focus(); }
   });
   cg.on('session-opened', syncMenu);
   cg.on('sessions-rendered', syncMenu);
