@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,41 +108,7 @@ func BenchmarkHistoryAPI(b *testing.B) {
 	if err := e.srv.handleMessages(&discardWriter{h: http.Header{}}, req(""), u); err != nil {
 		b.Fatal(err)
 	}
-	measure := func(b *testing.B, fn func()) {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		base := ms.HeapAlloc
-		var peak atomic.Uint64
-		stop, sampled := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(sampled)
-			tick := time.NewTicker(time.Millisecond)
-			defer tick.Stop()
-			var m runtime.MemStats
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					runtime.ReadMemStats(&m)
-					if m.HeapAlloc > base && m.HeapAlloc-base > peak.Load() {
-						peak.Store(m.HeapAlloc - base)
-					}
-				}
-			}
-		}()
-		b.ReportAllocs()
-		cpu := processCPU()
-		for b.Loop() {
-			fn()
-		}
-		used := processCPU() - cpu
-		close(stop)
-		<-sampled
-		b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/op")
-		b.ReportMetric(float64(peak.Load()), "peak-heap-B")
-	}
+	measure := measureCPUAndPeakHeap // CPU per request and the peak heap (export_md_test.go)
 	b.Run("streamed", func(b *testing.B) {
 		measure(b, func() {
 			if err := e.srv.handleMessages(&discardWriter{h: http.Header{}}, req(""), u); err != nil {

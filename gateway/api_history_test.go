@@ -155,13 +155,7 @@ func TestHistoryPageParameters(t *testing.T) {
 // TestHistoryStoreFailure: a failing first page is an error response; a later failure cuts the
 // stream short after the pages sent (the answer is then not valid JSON, as a cut download is not).
 func TestHistoryStoreFailure(t *testing.T) {
-	ps := &pagedOnlyStore{failAfter: 1}
-	e := newEnv(t, func(c *Config, _ *agentCfg) { ps.Store = c.Store; c.Store = ps })
-	u, tok := e.user("alice")
-	s := e.session(u, "long")
-	for i := range exportPage + 5 {
-		e.append(store.Message{SessionID: s.ID, Role: store.RoleUser, Content: fmt.Sprintf("message %d", i)})
-	}
+	e, ps, tok, s := pagedFailureEnv(t)
 	status, _, body := e.do("GET", "/api/sessions/"+s.ID+"/messages", tok, nil)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Contains(t, body, `"internal"`)

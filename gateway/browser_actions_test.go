@@ -201,14 +201,8 @@ func TestBrowserMessageActions(t *testing.T) {
 func TestBrowserChats(t *testing.T) {
 	requireBrowser(t)
 	stack := newBrowserStack(t, nil)
-	leave := seedChat(t, stack, "年假有几天", 2)
-	expense := seedChat(t, stack, "报销流程", 2)
+	leave, expense, tok := seedSearchableChats(t, stack)
 	ctx := context.Background()
-	// The second chat says something the first does not.
-	_, err := stack.Store.AppendMessage(ctx, store.Message{SessionID: expense, Role: store.RoleUser, Content: "差旅发票要原件吗？"})
-	require.NoError(t, err)
-	tok, _, err := stack.Store.CreateShare(ctx, expense, stack.User.ID, 1<<40)
-	require.NoError(t, err)
 	br := newBrowser(t)
 	tb := loginTab(t, stack, br)
 	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+leave))
@@ -333,4 +327,18 @@ func itoa(n uint64) string { return jsonNumber(n) }
 func jsonNumber(n uint64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// seedSearchableChats stores two chats for the chat tests: "年假有几天" and "报销流程", the second
+// saying something the first does not ("差旅发票要原件吗？") and shared (its token returned).
+func seedSearchableChats(t *testing.T, stack *browserStack) (leave, expense, shareToken string) {
+	t.Helper()
+	leave = seedChat(t, stack, "年假有几天", 2)
+	expense = seedChat(t, stack, "报销流程", 2)
+	ctx := context.Background()
+	_, err := stack.Store.AppendMessage(ctx, store.Message{SessionID: expense, Role: store.RoleUser, Content: "差旅发票要原件吗？"})
+	require.NoError(t, err)
+	shareToken, _, err = stack.Store.CreateShare(ctx, expense, stack.User.ID, 1<<40)
+	require.NoError(t, err)
+	return leave, expense, shareToken
 }

@@ -207,18 +207,7 @@ func tabThrough(t *testing.T, tb *tab, max int) []focusStop {
 	var stops []focusStop
 	for range max {
 		tb.do(t, 15*time.Second, chromedp.KeyEvent("\t"))
-		raw := evalJS[[]byte](t, tb, `(() => {
-			const e = document.activeElement;
-			if (!e || e === document.body) return {desc: 'body', visible: false, onPage: false};
-			let d = e.tagName.toLowerCase() + (e.id ? '#' + e.id : '');
-			if (typeof e.className === 'string' && e.className) d += '.' + e.className.trim().split(/\s+/).join('.');
-			const label = e.getAttribute('aria-label');
-			if (label) d += '[' + label + ']';
-			const cs = getComputedStyle(e);
-			const drawn = (cs.outlineStyle !== 'none' && parseFloat(cs.outlineWidth) > 0) || cs.boxShadow !== 'none';
-			const r = e.getBoundingClientRect();
-			return {desc: d, visible: e.matches(':focus-visible') && drawn, onPage: r.width > 0 && r.height > 0};
-		})()`)
+		raw := evalJS[[]byte](t, tb, focusedStopJS)
 		var s focusStop
 		require.NoError(t, json.Unmarshal(raw, &s))
 		if len(stops) > 0 && s.Desc == stops[0].Desc {

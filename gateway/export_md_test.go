@@ -266,45 +266,7 @@ func BenchmarkMarkdownExport(b *testing.B) {
 	defer srv.Close()
 	req := httptest.NewRequest("GET", "/api/sessions/"+sess.ID+"/export.md?lang=zh", nil)
 	req.SetPathValue("id", sess.ID)
-	// Besides time and allocations: CPU time per export (the machine is shared, wall time is not
-	// a fair comparison) and the peak heap while exporting above the heap before (sampled every
-	// millisecond, so approximate).
-	measure := func(b *testing.B, export func()) {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		base := ms.HeapAlloc
-		var peak atomic.Uint64
-		stop := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			tick := time.NewTicker(time.Millisecond)
-			defer tick.Stop()
-			var m runtime.MemStats
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					runtime.ReadMemStats(&m)
-					if m.HeapAlloc > base && m.HeapAlloc-base > peak.Load() {
-						peak.Store(m.HeapAlloc - base)
-					}
-				}
-			}
-		}()
-		b.ReportAllocs()
-		cpu := processCPU()
-		for b.Loop() {
-			export()
-		}
-		used := processCPU() - cpu
-		close(stop)
-		<-sampled
-		b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/op")
-		b.ReportMetric(float64(peak.Load()), "peak-heap-B")
-	}
+	measure := measureCPUAndPeakHeap // CPU per export and the peak heap while exporting
 	b.Run("streamed", func(b *testing.B) {
 		measure(b, func() {
 			if err := srv.handleExportMarkdown(&discardWriter{h: http.Header{}}, req, u); err != nil {
@@ -323,4 +285,43 @@ func BenchmarkMarkdownExport(b *testing.B) {
 			_ = bw.Flush()
 		})
 	})
+}
+
+// measureCPUAndPeakHeap runs fn b.N times and reports, besides time and allocations, the process CPU
+// time per op (the machine is shared, wall time is not a fair comparison) and the peak heap while
+// fn runs above the heap before (sampled every millisecond, so approximate).
+func measureCPUAndPeakHeap(b *testing.B, fn func()) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	var peak atomic.Uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		var m runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				runtime.ReadMemStats(&m)
+				if m.HeapAlloc > base && m.HeapAlloc-base > peak.Load() {
+					peak.Store(m.HeapAlloc - base)
+				}
+			}
+		}
+	}()
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		fn()
+	}
+	used := processCPU() - cpu
+	close(stop)
+	<-sampled
+	b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(peak.Load()), "peak-heap-B")
 }

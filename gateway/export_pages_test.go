@@ -65,13 +65,7 @@ func TestExportReadsPages(t *testing.T) {
 // TestExportStoreFailure: a store that fails on the first page gives an error response; one that
 // fails later cuts the download short after the pages already sent (the status was sent with them).
 func TestExportStoreFailure(t *testing.T) {
-	ps := &pagedOnlyStore{failAfter: 1}
-	e := newEnv(t, func(c *Config, _ *agentCfg) { ps.Store = c.Store; c.Store = ps })
-	u, tok := e.user("alice")
-	s := e.session(u, "long")
-	for i := range exportPage + 5 {
-		e.append(store.Message{SessionID: s.ID, Role: store.RoleUser, Content: fmt.Sprintf("message %d", i)})
-	}
+	e, ps, tok, s := pagedFailureEnv(t)
 	status, _, body := e.do("GET", "/api/sessions/"+s.ID+"/export.jsonl", tok, nil)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Contains(t, body, `"internal"`)
@@ -81,4 +75,18 @@ func TestExportStoreFailure(t *testing.T) {
 	status, _, body = e.do("GET", "/api/sessions/"+s.ID+"/export.jsonl", tok, nil)
 	assert.Equal(t, http.StatusOK, status)
 	assert.Len(t, parseJSONL(t, body), exportPage, "the first page, then the cut")
+}
+
+// pagedFailureEnv is alice's session of exportPage+5 messages behind a store that fails its first
+// page read (set failAfter to move the failure, reset pages to start counting again).
+func pagedFailureEnv(t *testing.T) (*testEnv, *pagedOnlyStore, string, store.Session) {
+	t.Helper()
+	ps := &pagedOnlyStore{failAfter: 1}
+	e := newEnv(t, func(c *Config, _ *agentCfg) { ps.Store = c.Store; c.Store = ps })
+	u, tok := e.user("alice")
+	s := e.session(u, "long")
+	for i := range exportPage + 5 {
+		e.append(store.Message{SessionID: s.ID, Role: store.RoleUser, Content: fmt.Sprintf("message %d", i)})
+	}
+	return e, ps, tok, s
 }
