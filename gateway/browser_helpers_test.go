@@ -71,7 +71,10 @@ type browserStack struct {
 }
 
 // newBrowserStack builds the stack; model nil means the offline extractive model (the default a
-// new user gets). opts adjust the gateway's configuration (e.g. ChatRatePerMinute).
+// new user gets). opts adjust the gateway's configuration (e.g. ChatRatePerMinute). The chat rate
+// is 1,000 a minute unless an option says otherwise: a test that sends six questions within a few
+// seconds is not about the limiter (the default 20 a minute, burst 5, refused the sixth of
+// TestBrowserStreamingLayouts when the machine ran it fast).
 func newBrowserStack(t *testing.T, model agent.Model, opts ...func(*gateway.Config)) *browserStack {
 	t.Helper()
 	if model == nil {
@@ -89,7 +92,7 @@ func newBrowserStack(t *testing.T, model agent.Model, opts ...func(*gateway.Conf
 	require.NoError(t, err)
 	cfg := gateway.Config{
 		Addr: ln.Addr().String(), PublicURL: pub, DataDir: dir, Store: st, Agent: ag, KB: corpus.Handler(),
-		SiteName: corpus.SiteName,
+		SiteName: corpus.SiteName, ChatRatePerMinute: 1000,
 	}
 	for _, o := range opts {
 		o(&cfg)

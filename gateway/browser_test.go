@@ -379,3 +379,35 @@ func TestBrowserSecondTabFollowsRun(t *testing.T) {
 	}
 	screenshot(t, b, "second-tab")
 }
+
+// TestBrowserHistoryPageBeforeFinalAnswer: a history page that already holds a run's stored answer
+// can reach the page before that run's answer.final (the page is not held back with the run's
+// joined deltas; TestBrowserSecondTabFollowsRun showed two copies of an answer under load). The
+// frames are replayed in that order through the page's own dispatcher: one article for the answer,
+// the page's, with the final HTML.
+func TestBrowserHistoryPageBeforeFinalAnswer(t *testing.T) {
+	requireBrowser(t)
+	stack := newBrowserStack(t, nil)
+	sid := seedChat(t, stack, "年假有几天", 2)
+	tb := loginTab(t, stack, newBrowser(t))
+	tb.do(t, 30*time.Second, chromedp.Navigate(stack.URL+"/#s="+sid))
+	waitJS(t, tb, 30*time.Second, `citegate.state.current === `+jsString(sid)+` && document.querySelectorAll('#messages .msg.assistant').length > 0`, "the chat is open")
+	got := evalJS[map[string]any](t, tb, `(() => {
+		const cg = citegate, sid = cg.state.current;
+		cg.appendUser('第二个问题'); // this tab's own send: run.started asks for no page
+		cg.emit('frame:run.started', {type: 'run.started', sessionId: sid, runId: 'run-x'});
+		cg.emit('frame:answer.html', {type: 'answer.html', sessionId: sid, runId: 'run-x', html: '<p>正在回答</p>'});
+		cg.emit('frame:session.history', {type: 'session.history', sessionId: sid, messages: [
+			{id: 9001, role: 'USER', html: '<p class="plain">第二个问题</p>'},
+			{id: 9002, role: 'ASSISTANT', html: '<p>已存的回答</p>'},
+		]});
+		cg.emit('frame:answer.final', {type: 'answer.final', sessionId: sid, runId: 'run-x', messageId: 9002, html: '<p>最终回答</p>'});
+		cg.emit('frame:run.finished', {type: 'run.finished', sessionId: sid, runId: 'run-x', phase: 'COMPLETED'});
+		const answers = [...document.querySelectorAll('#messages .msg.assistant')];
+		return {n: answers.length, id: answers.length ? answers[answers.length - 1].dataset.id : '', text: answers.map((a) => a.textContent).join(' | ')};
+	})()`)
+	assert.Equal(t, float64(1), got["n"], "one article for the answer: %v", got["text"])
+	assert.Equal(t, "9002", got["id"])
+	assert.Contains(t, got["text"], "最终回答")
+	assert.NotContains(t, got["text"], "正在回答")
+}

@@ -141,6 +141,17 @@
   }
   function onHTML(f) {
     const run = runFor(f);
+    // A history page that already holds this answer can arrive before the run's final frame (the
+    // page is not held back with the run's joined deltas): the page's article is the answer, and
+    // the live one, appended below the page without an id yet, would be a second copy.
+    if (run && f.messageId) {
+      const stored = els.messages.querySelector('.msg[data-id="' + f.messageId + '"]');
+      if (stored && stored !== run.el) {
+        run.el.remove();
+        run.el = stored;
+        run.activity = stored.querySelector('.activity') || el('div', 'activity');
+      }
+    }
     let art = run ? run.el : null;
     if (!art && f.messageId) art = els.messages.querySelector('.msg[data-id="' + f.messageId + '"]');
     if (!art || typeof f.html !== 'string') return;
