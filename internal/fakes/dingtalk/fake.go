@@ -425,7 +425,10 @@ func (s *Server) handleOpen(w http.ResponseWriter, r *http.Request) {
 	s.tickets[ticket] = true
 	s.notifyLocked()
 	s.mu.Unlock()
-	endpoint := "ws" + strings.TrimPrefix(s.URL, "http") + PathConnect
+	// The endpoint is built from the request's host, not s.URL: New sets s.URL after the server
+	// started serving, and a connection made by another process (a replica told the URL through its
+	// environment) gives the race detector no order between that write and this read.
+	endpoint := "ws://" + r.Host + PathConnect
 	writeJSON(w, http.StatusOK, payload.ConnectionEndpointResponse{Endpoint: endpoint, Ticket: ticket})
 }
 
