@@ -174,6 +174,8 @@ func TestBrowserChatsPhone(t *testing.T) {
 			s.click();
 			s.click();
 			await toggled;
+			// A tap would have focused ⋯; the confirmation that held the focus is hidden now.
+			s.focus();
 			return m.open && !m.querySelector('.delete').hidden && m.querySelector('.delete-confirm').hidden;
 		})()`, chromedp.EvalAwaitPromise))
 		require.NoError(t, err)
