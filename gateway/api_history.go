@@ -132,8 +132,8 @@ func (s *Server) historyStream(w http.ResponseWriter, r *http.Request, sessionID
 }
 
 // runLines gathers, while a session is read forward, the tool lines of the runs whose answer has
-// not been read yet (runToolLines' rules: a call is ok when its run's result for it is not an
-// error object; the last result of a call counts).
+// not been read yet (runToolLines is this collector over a whole run): a call is ok when its
+// run's result for it is not an error object; the last result of a call counts.
 type runLines struct {
 	lines map[string][]toolLineJSON // run id → its tool lines so far
 	calls map[string]map[string]int // run id → call id → index of its line

@@ -26,7 +26,8 @@ const maxToolArg = 300
 
 // pageJSON is the conversation view of a page read without tool traffic (session.open /
 // session.more, see ws_page.go; the paged REST history): the visible messages, each final answer
-// with the tool lines of its own run, read through the run → messages index. A failed read costs that answer its tool lines, not the page.
+// with the tool lines of its own run, read through the run → messages index. A failed read costs that answer its tool
+// lines, not the page.
 func (s *Server) pageJSON(ctx context.Context, page []store.Message, lang string) []messageJSON {
 	out := make([]messageJSON, 0, len(page))
 	for _, m := range page {
@@ -51,34 +52,12 @@ func (s *Server) pageJSON(ctx context.Context, page []store.Message, lang string
 // marked ok when its result is not an error object (DESIGN §4's failure shape; the agent decides
 // tool.finished's ok the same way).
 func runToolLines(all []store.Message) map[string][]toolLineJSON {
-	var lines map[string][]toolLineJSON
-	var result map[string]store.Message // call id → tool message
+	// One rule for both readers: the streamed history feeds the same collector a page at a time.
+	var l runLines
 	for _, m := range all {
-		if m.Role == store.RoleTool && m.ToolCallID != "" {
-			if result == nil {
-				result = map[string]store.Message{}
-			}
-			result[m.ToolCallID] = m
-		}
+		l.note(m)
 	}
-	for _, m := range all {
-		if m.Role != store.RoleAssistant || len(m.ToolCalls) == 0 || m.RunID == "" {
-			continue
-		}
-		if lines == nil {
-			lines = map[string][]toolLineJSON{}
-		}
-		for _, c := range m.ToolCalls {
-			r, answered := result[c.ID]
-			lines[m.RunID] = append(lines[m.RunID], toolLineJSON{
-				CallID:    c.ID,
-				Tool:      c.Name,
-				Arguments: toolLabelArgs(c.Arguments),
-				OK:        answered && r.RunID == m.RunID && !hasErrorKey(r.Content),
-			})
-		}
-	}
-	return lines
+	return l.lines
 }
 
 // toolLabelArgs keeps of a tool call's arguments what a tool line shows, the query or the URL,
