@@ -1,6 +1,7 @@
 // Package feishu connects citegate to Feishu/Lark through github.com/larksuite/oapi-sdk-go/v3.
 //
-// Inbound messages arrive over the SDK's long connection (default) or over a webhook
+// Inbound messages arrive over Feishu's long connection (default; citegate's own client of the
+// websocket protocol, with the SDK's frame codec and event dispatcher) or over a webhook
 // ("/channels/feishu/events"); answers stream into a CardKit card whose markdown element is updated
 // with the full marker-free text, with a plain text reply as the fallback when CardKit is disabled or
 // fails.
@@ -52,6 +53,11 @@ type Config struct {
 	Logger         *slog.Logger
 	// Now is the clock webhook timestamps are checked against; nil means time.Now.
 	Now func() time.Time
+	// ReconnectBackoff is the first delay between failed long-connection attempts; it doubles up
+	// to MaxReconnectBackoff, with jitter. After a connection that worked, the next one is opened
+	// within ReconnectBackoff (or the server's ReconnectNonce, if shorter). Defaults 1s and 60s.
+	ReconnectBackoff    time.Duration
+	MaxReconnectBackoff time.Duration
 }
 
 // Channel is the Feishu/Lark channel. It implements channels.WebhookChannel.
@@ -61,6 +67,8 @@ type Channel struct {
 	client *lark.Client
 	tokens tokenSource
 	now    func() time.Time
+	// httpClient asks for long-connection endpoints (the SDK's REST client does the rest).
+	httpClient *http.Client
 
 	mu        sync.Mutex
 	handler   channels.Handler
@@ -92,6 +100,12 @@ func New(cfg Config) (*Channel, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
+	if cfg.ReconnectBackoff <= 0 {
+		cfg.ReconnectBackoff = time.Second
+	}
+	if cfg.MaxReconnectBackoff < cfg.ReconnectBackoff {
+		cfg.MaxReconnectBackoff = max(60*time.Second, cfg.ReconnectBackoff)
+	}
 	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
 	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
 		return nil, fmt.Errorf("feishu: base_url %q must start with http:// or https://", cfg.BaseURL)
@@ -113,7 +127,8 @@ func New(cfg Config) (*Channel, error) {
 			lark.WithLogLevel(larkcore.LogLevelInfo),
 			lark.WithReqTimeout(30*time.Second),
 		),
-		now: cfg.Now,
+		now:        cfg.Now,
+		httpClient: &http.Client{Timeout: 30 * time.Second},
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -182,7 +197,7 @@ func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
 	c.runCtx = ctx
 	c.mu.Unlock()
 	c.log.Info("feishu channel ready", "mode", c.cfg.Mode, "bot_open_id", openID)
-	// The long connection's own reconnects happen inside the SDK; from here on the channel counts as
+	// The long connection reconnects on its own (runLongConn); from here on the channel counts as
 	// connected for /readyz.
 	channels.MarkReady(ctx)
 

@@ -11,11 +11,9 @@ import (
 	"runtime/debug"
 	"strings"
 
-	larkcore "github.com/larksuite/oapi-sdk-go/v3/core"
 	larkevent "github.com/larksuite/oapi-sdk-go/v3/event"
 	"github.com/larksuite/oapi-sdk-go/v3/event/dispatcher"
 	larkim "github.com/larksuite/oapi-sdk-go/v3/service/im/v1"
-	larkws "github.com/larksuite/oapi-sdk-go/v3/ws"
 
 	"github.com/citegate/citegate/channels"
 )
@@ -63,49 +61,6 @@ func (c *Channel) newEventDispatcher(token, encryptKey string) *dispatcher.Event
 		d.OnCustomizedEvent(et, func(context.Context, *larkevent.EventReq) error { return nil })
 	}
 	return d
-}
-
-// runLongConn runs the SDK's long-connection client. Its Start never returns once connected (it
-// ends in select{} and ignores ctx), so it lives in a goroutine for the rest of the process; this
-// function returns when ctx ends, or with the error that made the SDK give up (bad credentials at
-// the endpoint, a forbidden app, the connection limit).
-func (c *Channel) runLongConn(ctx context.Context) error {
-	d := c.newEventDispatcher("", "")
-	cli := larkws.NewClient(c.cfg.AppID, c.cfg.AppSecret,
-		larkws.WithEventHandler(d),
-		larkws.WithDomain(c.cfg.BaseURL),
-		larkws.WithLogger(newLarkLogger(c.log)),
-		larkws.WithLogLevel(larkcore.LogLevelInfo),
-	)
-	errc := make(chan error, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				c.log.Error("feishu long connection panicked", "panic", r, "stack", string(debug.Stack()))
-				errc <- fmt.Errorf("feishu: long connection panicked: %v", r)
-			}
-		}()
-		err := cli.Start(ctx)
-		if err == nil {
-			err = errors.New("long connection ended")
-		}
-		errc <- err
-	}()
-	select {
-	case err := <-errc:
-		c.resetStarted()
-		var ce *larkws.ClientError
-		if errors.As(err, &ce) {
-			c.log.Error("feishu long connection refused", "code", ce.Code, "msg", ce.Msg)
-			return fmt.Errorf("feishu: long connection refused (code %d: %s): %w", ce.Code, ce.Msg, err)
-		}
-		return fmt.Errorf("feishu: long connection: %w", err)
-	case <-ctx.Done():
-		// The SDK goroutine stays: it has no way to stop. Events that still arrive are refused
-		// (see active), so Feishu re-delivers them to a live connection.
-		c.log.Info("feishu channel stopped")
-		return nil
-	}
 }
 
 // onMessageReceive handles im.message.receive_v1 from either transport. It only converts and hands

@@ -123,12 +123,12 @@ func TestStartReturnsWhenContextEnds(t *testing.T) {
 	rec := newRecorder()
 	h := startLongConn(t, fake, rec, nil)
 	require.NoError(t, h.stop())
-	// The SDK's connection cannot be closed; events it still receives are refused so that Feishu
-	// re-delivers them to a live connection.
-	ack, err := fake.Push(ctxT(t), feishufake.MessageEvent{MessageID: "om_late", ChatID: "oc_1", Text: "hi"}.JSON(), 1)
-	require.NoError(t, err)
-	assert.Equal(t, http.StatusInternalServerError, ack.Code)
+	// Stopping closes the socket, so Feishu hands later events to a live connection of the app.
+	waitFor(t, "the long connection to close", func() bool { return fake.Connections() == 0 })
+	_, err := fake.Push(ctxT(t), feishufake.MessageEvent{MessageID: "om_late", ChatID: "oc_1", Text: "hi"}.JSON(), 1)
+	require.Error(t, err)
 	assert.Empty(t, rec.messages())
+	assert.Equal(t, 1, fake.Connected(), "a stopped channel does not reconnect")
 }
 
 func TestGroupMentions(t *testing.T) {

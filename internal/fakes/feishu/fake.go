@@ -36,6 +36,9 @@ const (
 	OpToken        Op = "tenant_access_token"
 	OpBotInfo      Op = "bot.info"
 	OpEndpoint     Op = "ws.endpoint"
+	// OpHandshake is the websocket upgrade: an injected code refuses it with that code in the
+	// Handshake-Status header (403 forbidden app; 514 auth failed, see HandshakeAuthErrCode).
+	OpHandshake Op = "ws.handshake"
 	OpReply        Op = "im.reply"
 	OpCardCreate   Op = "cardkit.create"
 	OpCardContent  Op = "cardkit.content"
@@ -69,10 +72,16 @@ type Options struct {
 	AppID, AppSecret string // defaults "cli_fake" / "fake-secret"
 	BotOpenID        string // default "ou_fakebot"
 	BotName          string // default "citegate"
-	// PingInterval (seconds) is sent in ClientConfig; it must be > 0 (zero makes the SDK ping in a
-	// tight loop). Default 120, which also keeps the SDK's ping loop asleep for a whole test run.
+	// PingInterval (seconds) is sent in the endpoint's ClientConfig. Default 120, which keeps the
+	// client's ping loop asleep for a whole test run.
 	PingInterval int
-	TokenExpire  int // seconds; default 7200
+	// PongPingInterval, when > 0, is sent as ClientConfig.PingInterval in every pong's payload, as
+	// the platform does to reconfigure a live connection.
+	PongPingInterval int
+	// HandshakeAuthErrCode goes into the Handshake-Autherrcode header of an injected OpHandshake
+	// refusal (1000040350 is the connection limit).
+	HandshakeAuthErrCode int
+	TokenExpire          int // seconds; default 7200
 }
 
 // Request is one HTTP request the fake received.
@@ -179,6 +188,8 @@ type Server struct {
 	frameN        int
 	connected     int           // long connections opened so far
 	connectedCh   chan struct{} // closed and replaced on every new connection
+	pings         int           // ping frames received
+	mutePongs     bool          // stop answering pings (a silent peer)
 }
 
 type wsConn struct {
@@ -231,12 +242,25 @@ func (s *Server) URL() string { return s.srv.URL }
 // Options returns the effective options (credentials, bot identity).
 func (s *Server) Options() Options { return s.opt }
 
-// Close stops the server. Long connections are left open on purpose: when one closes, the SDK
-// (v3.5.4) resets its connection fields in disconnect without synchronising with the goroutine that
-// handled the last pong, which the race detector reports as a race in the SDK. Idle sockets cost
-// nothing in a test process; use DropConnections where a test needs a socket gone.
+// Close closes the long connections and stops the server.
 func (s *Server) Close() {
+	s.DropConnections()
 	s.srv.Close()
+}
+
+// Pings is the number of ping frames received on long connections.
+func (s *Server) Pings() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pings
+}
+
+// MutePongs makes the fake stop (true) or resume answering pings: a peer that went silent
+// without closing the socket.
+func (s *Server) MutePongs(mute bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mutePongs = mute
 }
 
 // InjectError makes the next `times` calls of op answer with code.
@@ -593,6 +617,18 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests = append(s.requests, Request{Op: "ws.connect", Method: r.Method, Path: r.URL.Path, Time: time.Now()})
 	s.mu.Unlock()
+	s.mu.Lock()
+	code := s.injected(OpHandshake)
+	s.mu.Unlock()
+	if code != 0 {
+		w.Header().Set(larkws.HeaderHandshakeStatus, strconv.Itoa(code))
+		w.Header().Set(larkws.HeaderHandshakeMsg, "refused by injection")
+		if s.opt.HandshakeAuthErrCode != 0 {
+			w.Header().Set(larkws.HeaderHandshakeAuthErrCode, strconv.Itoa(s.opt.HandshakeAuthErrCode))
+		}
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
 	if r.URL.Query().Get("ticket") != "fake-ticket" {
 		w.Header().Set(larkws.HeaderHandshakeStatus, strconv.Itoa(larkws.AuthFailed))
 		w.Header().Set(larkws.HeaderHandshakeMsg, "invalid ticket")
@@ -632,8 +668,18 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		switch larkws.FrameType(f.Method) {
 		case larkws.FrameTypeControl:
 			if hs.GetString(larkws.HeaderType) == string(larkws.MessageTypePing) {
+				s.mu.Lock()
+				s.pings++
+				mute := s.mutePongs
+				s.mu.Unlock()
+				if mute {
+					continue
+				}
 				pong := larkws.Frame{SeqID: f.SeqID, LogID: f.LogID, Service: f.Service, Method: int32(larkws.FrameTypeControl)}
 				pong.Headers = append(pong.Headers, larkws.Header{Key: larkws.HeaderType, Value: string(larkws.MessageTypePong)})
+				if n := s.opt.PongPingInterval; n > 0 {
+					pong.Payload, _ = json.Marshal(larkws.ClientConfig{PingInterval: n})
+				}
 				b, _ := pong.Marshal()
 				if conn.write(b) != nil {
 					return
@@ -692,8 +738,7 @@ func (s *Server) Connections() int {
 	return n
 }
 
-// DropConnections closes every long connection (as the platform does on a restart). See Close for
-// why race-enabled tests avoid it.
+// DropConnections closes every long connection (as the platform does on a restart).
 func (s *Server) DropConnections() {
 	s.mu.Lock()
 	conns := s.conns

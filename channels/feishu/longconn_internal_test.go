@@ -1,0 +1,139 @@
+package feishu
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	larkws "github.com/larksuite/oapi-sdk-go/v3/ws"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func dataFrame(id string, sum, seq int, payload string) (*larkws.Frame, larkws.Headers) {
+	hs := larkws.Headers{
+		{Key: larkws.HeaderType, Value: string(larkws.MessageTypeEvent)},
+		{Key: larkws.HeaderMessageID, Value: id},
+		{Key: larkws.HeaderSum, Value: strconv.Itoa(sum)},
+		{Key: larkws.HeaderSeq, Value: strconv.Itoa(seq)},
+	}
+	return &larkws.Frame{Method: int32(larkws.FrameTypeData), Headers: hs, Payload: []byte(payload)}, hs
+}
+
+func TestReassembly(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	add := func(r *reassembly, id string, sum, seq int, p string, at time.Time) (string, bool) {
+		f, hs := dataFrame(id, sum, seq, p)
+		out, ok := r.add(f, hs, at)
+		return string(out), ok
+	}
+
+	t.Run("single frame passes through", func(t *testing.T) {
+		got, ok := add(newReassembly(), "m", 1, 0, "whole", now)
+		assert.True(t, ok)
+		assert.Equal(t, "whole", got)
+	})
+	t.Run("out of order and interleaved", func(t *testing.T) {
+		r := newReassembly()
+		steps := []struct {
+			id       string
+			seq      int
+			p        string
+			complete string
+		}{
+			{"a", 2, "A3", ""}, {"b", 0, "B1", ""}, {"a", 0, "A1", ""}, {"b", 1, "B2", "B1B2"}, {"a", 1, "A2", "A1A2A3"},
+		}
+		for _, s := range steps {
+			sum := 3
+			if s.id == "b" {
+				sum = 2
+			}
+			got, ok := add(r, s.id, sum, s.seq, s.p, now)
+			assert.Equal(t, s.complete != "", ok, "%s/%d", s.id, s.seq)
+			assert.Equal(t, s.complete, got)
+		}
+		assert.Empty(t, r.pending, "complete payloads are forgotten")
+	})
+	t.Run("a repeated part replaces, is not counted twice", func(t *testing.T) {
+		r := newReassembly()
+		_, ok := add(r, "m", 2, 0, "old", now)
+		require.False(t, ok)
+		_, ok = add(r, "m", 2, 0, "new", now)
+		require.False(t, ok, "two copies of part 0 do not make two parts")
+		got, ok := add(r, "m", 2, 1, "!", now)
+		require.True(t, ok)
+		assert.Equal(t, "new!", got)
+	})
+	t.Run("frames the caller's buffer is reused for", func(t *testing.T) {
+		r := newReassembly()
+		f, hs := dataFrame("m", 2, 0, "ab")
+		_, _ = r.add(f, hs, now)
+		f.Payload[0] = 'X' // the read buffer of the next message
+		got, ok := add(r, "m", 2, 1, "cd", now)
+		require.True(t, ok)
+		assert.Equal(t, "abcd", got)
+	})
+	t.Run("bounds", func(t *testing.T) {
+		r := newReassembly()
+		for _, c := range []struct{ sum, seq int }{{maxFrameParts + 1, 0}, {3, 3}, {3, -1}} {
+			_, ok := add(r, "m", c.sum, c.seq, "x", now)
+			assert.False(t, ok)
+		}
+		assert.Empty(t, r.pending, "out-of-bounds frames hold nothing")
+		big := make([]byte, maxPayloadBytes/2+1)
+		for seq := range 2 {
+			f, hs := dataFrame("big", 3, seq, "")
+			f.Payload = big
+			_, ok := r.add(f, hs, now)
+			assert.False(t, ok)
+		}
+		assert.Empty(t, r.pending, "a payload over maxPayloadBytes is dropped")
+		_, ok := add(r, "big", 3, 2, "x", now)
+		assert.False(t, ok, "its last part starts a new, incomplete payload")
+	})
+	t.Run("an incomplete payload expires", func(t *testing.T) {
+		r := newReassembly()
+		_, _ = add(r, "m", 2, 0, "a", now)
+		_, ok := add(r, "other", 2, 0, "x", now.Add(partsTTL+time.Second))
+		require.False(t, ok)
+		assert.NotContains(t, r.pending, "m")
+		_, ok = add(r, "m", 2, 1, "b", now.Add(partsTTL+time.Second))
+		assert.False(t, ok, "the late part cannot complete a forgotten payload")
+	})
+	t.Run("a different sum starts over", func(t *testing.T) {
+		r := newReassembly()
+		_, _ = add(r, "m", 3, 0, "a", now)
+		_, ok := add(r, "m", 2, 1, "b", now)
+		require.False(t, ok)
+		got, ok := add(r, "m", 2, 0, "a", now)
+		require.True(t, ok)
+		assert.Equal(t, "ab", got)
+	})
+}
+
+func TestReconnectDelay(t *testing.T) {
+	c := &Channel{cfg: Config{ReconnectBackoff: time.Second, MaxReconnectBackoff: 60 * time.Second}}
+	ec := defaultEndpointConfig()
+	for range 200 {
+		assert.LessOrEqual(t, c.reconnectDelay(ec, 0), time.Second, "after a working connection: within the backoff")
+		d := c.reconnectDelay(ec, 3)
+		assert.GreaterOrEqual(t, d, 2*time.Second)
+		assert.LessOrEqual(t, d, 4*time.Second)
+		d = c.reconnectDelay(ec, 30)
+		assert.GreaterOrEqual(t, d, 30*time.Second)
+		assert.LessOrEqual(t, d, 60*time.Second, "capped")
+	}
+	ec.nonce = 100 * time.Millisecond
+	for range 200 {
+		assert.LessOrEqual(t, c.reconnectDelay(ec, 0), 100*time.Millisecond, "a shorter server nonce wins")
+	}
+}
+
+func TestEndpointConfigIgnoresZeroFields(t *testing.T) {
+	ec := defaultEndpointConfig()
+	ec.apply(&larkws.ClientConfig{})
+	assert.Equal(t, defaultEndpointConfig(), ec, "a zero PingInterval must not make the client ping in a loop")
+	ec.apply(&larkws.ClientConfig{PingInterval: 5, ReconnectNonce: 7, ReconnectInterval: 9})
+	assert.Equal(t, 5*time.Second, ec.ping)
+	assert.Equal(t, 7*time.Second, ec.nonce)
+}
