@@ -33,12 +33,12 @@ type Op string
 
 // Operations the fake serves.
 const (
-	OpToken        Op = "tenant_access_token"
-	OpBotInfo      Op = "bot.info"
-	OpEndpoint     Op = "ws.endpoint"
+	OpToken    Op = "tenant_access_token"
+	OpBotInfo  Op = "bot.info"
+	OpEndpoint Op = "ws.endpoint"
 	// OpHandshake is the websocket upgrade: an injected code refuses it with that code in the
 	// Handshake-Status header (403 forbidden app; 514 auth failed, see HandshakeAuthErrCode).
-	OpHandshake Op = "ws.handshake"
+	OpHandshake    Op = "ws.handshake"
 	OpReply        Op = "im.reply"
 	OpCardCreate   Op = "cardkit.create"
 	OpCardContent  Op = "cardkit.content"
