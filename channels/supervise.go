@@ -94,12 +94,7 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 
 // Backoff is the delay after n consecutive failures (n ≥ 1).
 func (s *Supervisor) Backoff(n int) time.Duration {
-	d := s.cfg.Initial
-	for i := 1; i < n && d < s.cfg.Max; i++ {
-		d *= 2
-	}
-	d = min(d, s.cfg.Max)
-	return d/2 + time.Duration(s.cfg.Rand()*float64(d/2))
+	return Backoff(s.cfg.Initial, s.cfg.Max, n, s.cfg.Rand)
 }
 
 // States returns every supervised channel's state, by name.

@@ -97,12 +97,7 @@ func (c *Channel) backoff(n int) time.Duration {
 	if n <= 0 {
 		return rand.N(base/4 + 1)
 	}
-	d := base
-	for i := 1; i < n && d < maxD; i++ {
-		d *= 2
-	}
-	d = min(d, maxD)
-	return d/2 + rand.N(d/2+1)
+	return channels.Backoff(base, maxD, n, rand.Float64)
 }
 
 // openConnection asks the gateway for an endpoint and a one-time ticket.

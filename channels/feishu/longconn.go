@@ -18,6 +18,8 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/larksuite/oapi-sdk-go/v3/event/dispatcher"
 	larkws "github.com/larksuite/oapi-sdk-go/v3/ws"
+
+	"github.com/citegate/citegate/channels"
 )
 
 // The long connection is citegate's own client of Feishu's websocket protocol. It keeps the SDK's
@@ -125,12 +127,7 @@ func (c *Channel) reconnectDelay(ec endpointConfig, n int) time.Duration {
 	if n <= 0 {
 		return rand.N(min(ec.nonce, base) + 1)
 	}
-	d := base
-	for i := 1; i < n && d < maxD; i++ {
-		d *= 2
-	}
-	d = min(d, maxD)
-	return d/2 + rand.N(d/2+1)
+	return channels.Backoff(base, maxD, n, rand.Float64)
 }
 
 // endpoint asks for a connection URL (POST /callback/ws/endpoint) and takes the client config
