@@ -163,7 +163,7 @@ func (s *Server) setCookie(w http.ResponseWriter, token string, maxAge int) {
 // long-lived token in the query (`/?token=`, the old login links) logs nobody in: tokens do not
 // travel in URLs, and a link that logs the visitor in as its maker is a login CSRF.
 func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
-	lang := langOf(r)
+	lang := loginLang(r)
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	if r.URL.Query().Has("token") {
@@ -183,6 +183,7 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	// From here on the page is the user's: in the language they chose, for anything rendered below.
 	r = withUserLang(r, u)
 	lang = langOf(r)
+	s.rememberLang(w, r, u.Language)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := web.RenderIndex(w, web.IndexData{Lang: lang, Language: u.Language, UserName: u.Name, ModelName: s.ag.ModelName(), Operator: u.Operator, First: s.firstPage(r.Context(), r, u, lang)}); err != nil {
 		s.log.WarnContext(r.Context(), "render index", "err", err)
@@ -192,33 +193,33 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 // handleLogin is the token form: a person pastes their access token and gets a browser session.
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	if s.crossSiteForm(r) {
-		s.renderLogin(w, r, http.StatusForbidden, loginMsg(langOf(r), "cross_site"))
+		s.renderLogin(w, r, http.StatusForbidden, loginMsg(loginLang(r), "cross_site"))
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	if err := r.ParseForm(); err != nil {
-		s.renderLogin(w, r, http.StatusBadRequest, loginMsg(langOf(r), "bad"))
+		s.renderLogin(w, r, http.StatusBadRequest, loginMsg(loginLang(r), "bad"))
 		return
 	}
 	tok := strings.TrimSpace(r.PostForm.Get("token"))
 	if tok == "" || len(tok) > maxTokenLen {
-		s.renderLogin(w, r, http.StatusUnauthorized, loginMsg(langOf(r), "invalid"))
+		s.renderLogin(w, r, http.StatusUnauthorized, loginMsg(loginLang(r), "invalid"))
 		return
 	}
 	u, err := s.st.UserByToken(r.Context(), tok)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			s.storeErr("user_by_token", err)
-			s.renderLogin(w, r, http.StatusInternalServerError, loginMsg(langOf(r), "internal"))
+			s.renderLogin(w, r, http.StatusInternalServerError, loginMsg(loginLang(r), "internal"))
 			return
 		}
-		s.renderLogin(w, r, http.StatusUnauthorized, loginMsg(langOf(r), "invalid"))
+		s.renderLogin(w, r, http.StatusUnauthorized, loginMsg(loginLang(r), "invalid"))
 		return
 	}
 	sess, err := s.st.CreateWebSession(r.Context(), u.ID, webSessionTTL)
 	if err != nil {
 		s.storeErr("create_web_session", err)
-		s.renderLogin(w, r, http.StatusInternalServerError, loginMsg(langOf(r), "internal"))
+		s.renderLogin(w, r, http.StatusInternalServerError, loginMsg(loginLang(r), "internal"))
 		return
 	}
 	s.setCookie(w, sess, int(webSessionTTL/time.Second))
@@ -234,7 +235,7 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 // the browser), so a 303 would land on the login form; the refresh is a navigation our own page
 // starts, which carries the cookie.
 func (s *Server) handleLoginCode(w http.ResponseWriter, r *http.Request) {
-	lang := langOf(r)
+	lang := loginLang(r)
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	code := r.URL.Query().Get("code")
@@ -281,6 +282,10 @@ func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errCrossOrigin())
 		return
 	}
+	if u, _, err := s.authenticate(r); err == nil {
+		// The sign-in page that follows speaks the language the user chose.
+		s.rememberLang(w, r, u.Language)
+	}
 	if c, err := r.Cookie(CookieName); err == nil && c.Value != "" && len(c.Value) <= maxTokenLen {
 		if err := s.st.DeleteSession(r.Context(), c.Value); err != nil {
 			s.storeErr("delete_web_session", err)
@@ -294,7 +299,7 @@ func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, status int,
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	if err := web.RenderLogin(w, web.LoginData{Lang: langOf(r), Error: msg}); err != nil {
+	if err := web.RenderLogin(w, web.LoginData{Lang: loginLang(r), Error: msg}); err != nil {
 		s.log.WarnContext(r.Context(), "render login", "err", err)
 	}
 }

@@ -141,6 +141,15 @@ func TestBrowserLanguageSwitch(t *testing.T) {
 		assert.Regexp(t, `^来源 2`, evalJS[string](t, p, `document.querySelector('#messages details.sources summary').textContent`))
 		assert.Equal(t, "zh", evalJS[string](t, p, `document.querySelector('.lang-opt[aria-pressed="true"]').dataset.choice`))
 	}
+
+	// English again, then sign out: the sign-in page that follows speaks English too, although the
+	// browser still asks for Chinese.
+	evalJS[bool](t, tb, `(window.__before = true, true)`)
+	tb.do(t, 15*time.Second, chromedp.Click(chromedp.CSS(`.lang-opt[data-choice="en"]`)))
+	loaded(t, tb, "en")
+	evalJS[bool](t, tb, `(document.querySelector('form[action="/logout"]').requestSubmit(), true)`)
+	waitAcrossReload(t, tb, 30*time.Second, `!!document.querySelector('input[name="token"]') && document.documentElement.lang === 'en'`, "the sign-in page after sign-out is in English")
+	auditA11y(t, tb, "sign-in page after sign-out, English")
 }
 
 // waitAcrossReload polls a JavaScript predicate while the page may be navigating: an evaluation

@@ -60,6 +60,38 @@ func (s *Server) viewerLang(r *http.Request) string {
 	return userLang(r, u)
 }
 
+// LangCookieName is the cookie that remembers, on one browser, the language its last signed-in
+// user chose, so that the sign-in page after a sign-out (or an expired session) speaks it too. It
+// names a language and nothing else; it is no credential and no one's identity.
+const LangCookieName = "citegate_lang"
+
+// loginLang is the language of the sign-in pages: the language this browser's last user chose
+// (LangCookieName), else the browser's.
+func loginLang(r *http.Request) string {
+	if c, err := r.Cookie(LangCookieName); err == nil && (c.Value == store.LangZH || c.Value == store.LangEN) {
+		return c.Value
+	}
+	return langOf(r)
+}
+
+// rememberLang keeps u's choice in LangCookieName for the sign-in page, or removes the cookie when
+// u follows the browser. It writes only when the browser's cookie says something else.
+func (s *Server) rememberLang(w http.ResponseWriter, r *http.Request, lang string) {
+	old := ""
+	if c, err := r.Cookie(LangCookieName); err == nil {
+		old = c.Value
+	}
+	if old == lang {
+		return
+	}
+	c := &http.Cookie{Name: LangCookieName, Value: lang, Path: "/", MaxAge: 400 * 24 * 3600, HttpOnly: true,
+		Secure: s.publicURL.Scheme == "https", SameSite: http.SameSiteLaxMode}
+	if lang == "" {
+		c.MaxAge = -1
+	}
+	http.SetCookie(w, c)
+}
+
 // settingsRoutes registers the user's settings API.
 func (s *Server) settingsRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/me/settings", s.api(s.handleGetSettings))
@@ -116,6 +148,7 @@ func (s *Server) handlePutSettings(w http.ResponseWriter, r *http.Request, u sto
 		s.log.InfoContext(r.Context(), "interface language changed", "user", u.ID, "language", nu.Language)
 		s.notifySettings(nu)
 	}
+	s.rememberLang(w, r, nu.Language)
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, settingsOf(r, nu))
 	return nil

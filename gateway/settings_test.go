@@ -288,3 +288,57 @@ func (w *wsConn) untilAny(types ...string) []map[string]any {
 		}
 	}
 }
+
+// langCookie is the LangCookieName cookie resp sets, or nil.
+func langCookie(resp *http.Response) *http.Cookie {
+	for _, c := range resp.Cookies() {
+		if c.Name == LangCookieName {
+			return c
+		}
+	}
+	return nil
+}
+
+// TestSignInPageKeepsTheChosenLanguage: the language a user chose is remembered on the browser for
+// the sign-in page that follows a sign-out (or an expired session), instead of the page falling back
+// to the browser's language; "follow the browser" forgets it again. The cookie names a language and
+// nothing else, and a forged value is ignored.
+func TestSignInPageKeepsTheChosenLanguage(t *testing.T) {
+	e := newEnv(t)
+	alice, _ := e.user("alice")
+	zhBrowser := hdr("Accept-Language", "zh-CN,zh;q=0.9", "Origin", e.ts.URL)
+	ck := e.webCookie(alice)
+
+	code, body := e.putSettings(`{"language":"en"}`, zhBrowser, ck)
+	require.Equal(t, http.StatusOK, code, body)
+	// The PUT sets the cookie; so does any page load of a browser that lacks it.
+	resp, _ := e.get("/", zhBrowser, ck)
+	lc := langCookie(resp)
+	require.NotNil(t, lc, "the app shell remembers the choice on this browser")
+	assert.Equal(t, "en", lc.Value)
+	assert.True(t, lc.HttpOnly)
+	assert.Greater(t, lc.MaxAge, 300*24*3600)
+	resp, _ = e.get("/", zhBrowser, ck, lc)
+	assert.Nil(t, langCookie(resp), "a browser that has it is not told again")
+
+	resp, _ = e.send("POST", "/logout", zhBrowser, ck, lc)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	resp, page := e.get("/", zhBrowser, lc)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, page, `<html lang="en"`, "the sign-in page after sign-out speaks the user's language")
+	resp, page = e.get("/", zhBrowser)
+	assert.Contains(t, page, `<html lang="zh`, "without the cookie the browser decides, as before")
+	resp, page = e.get("/", zhBrowser, &http.Cookie{Name: LangCookieName, Value: "<script>"})
+	assert.Contains(t, page, `<html lang="zh`, "a forged value is ignored")
+
+	// Back to "follow the browser": the cookie goes.
+	ck = e.webCookie(alice)
+	code, _ = e.putSettings(`{"language":""}`, zhBrowser, ck, lc)
+	require.Equal(t, http.StatusOK, code)
+	resp, _ = e.get("/api/me/settings", zhBrowser, ck, lc)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, _ = e.send("POST", "/logout", zhBrowser, ck, lc)
+	gone := langCookie(resp)
+	require.NotNil(t, gone, "sign-out of a user who follows the browser removes the remembered language")
+	assert.Less(t, gone.MaxAge, 0)
+}
