@@ -121,6 +121,17 @@ func TestBrowserSourcesPhone(t *testing.T) {
 		defer setTouch(t, tb, false)
 		evalJS[bool](t, tb, `(document.activeElement && document.activeElement.blur(), history.replaceState(null, '', location.pathname + location.search), true)`)
 		waitJS(t, tb, 15*time.Second, `document.getElementById('src-card').hidden`, "no card before the tap")
+		assert.Empty(t, smallTargets(t, tb, `#messages .src-preview`, touchTarget), "the excerpt buttons are touch-sized")
+		// A superscript is inline in a sentence; its hit area still reaches past its box: a point
+		// 10 px above and below its middle hits it, so the target is at least 24 px tall (WCAG 2.5.8).
+		missed := evalJS[[]string](t, tb, `[...document.querySelectorAll('#messages sup.cite-ref a')].filter((a) => {
+			const r = a.getBoundingClientRect(), x = r.left + r.width / 2, y = r.top + r.height / 2;
+			if (y - 12 < 0 || y + 12 > innerHeight) return false; // off screen: elementFromPoint cannot see it
+			return ![y - 10, y + 10].every((p) => { const e = document.elementFromPoint(x, p); return e && e.closest('sup.cite-ref a') === a; });
+		}).map((a) => a.textContent + ' ' + Math.round(a.getBoundingClientRect().height) + 'px')`)
+		assert.Empty(t, missed, "every superscript on screen has a hit area of at least 24 px")
+		onScreen := evalJS[int](t, tb, `[...document.querySelectorAll('#messages sup.cite-ref a')].filter((a) => { const r = a.getBoundingClientRect(); return r.top - 12 >= 0 && r.bottom + 12 <= innerHeight; }).length`)
+		assert.Positive(t, onScreen, "the hit areas were measured on superscripts in view")
 		tap(t, tb, `#messages sup.cite-ref a`)
 		waitJS(t, tb, 15*time.Second, `!document.getElementById('src-card').hidden`, "a tap opens the card")
 		assertCard(t, readCard(t, tb), "tap")
