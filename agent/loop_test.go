@@ -48,12 +48,22 @@ func TestCitationsStoredThroughOpenAILoop(t *testing.T) {
 	require.Equal(t, final, out.Content)
 	require.Equal(t, 1, *searches)
 
-	// Registry: 1 invoice, 2 types, 3 leave (search, call order first), 4 the opened page.
+	// Registry: 1 invoice, 2 types, 3 leave (search, call order first), 4 the opened page. Each
+	// citation names its tool call and that call's stored TOOL message.
 	at := testNow
+	runMsgs, err := st.ListRunMessages(context.Background(), rec.all()[0].RunID)
+	require.NoError(t, err)
+	toolMsg := map[string]uint64{}
+	for _, m := range runMsgs {
+		if m.Role == store.RoleTool {
+			toolMsg[m.ToolCallID] = m.ID
+		}
+	}
+	require.Len(t, toolMsg, 2)
 	want := []citations.Citation{
-		{N: 1, URL: hitInvoice.url, Title: hitInvoice.title, Tool: "web_search", RetrievedAt: &at, Digest: citations.Digest(hitInvoice.content), Lead: citations.Lead(hitInvoice.content), CallID: "call_a"},
-		{N: 2, URL: hitTypes.url, Title: hitTypes.title, Tool: "web_search", RetrievedAt: &at, Digest: citations.Digest(hitTypes.content), Lead: citations.Lead(hitTypes.content), CallID: "call_a"},
-		{N: 4, URL: pageGuide.url, Title: pageGuide.title, Tool: "open_web_page", RetrievedAt: &at, Digest: citations.Digest(pageGuide.content), Lead: citations.Lead(pageGuide.content), CallID: "call_b"},
+		{N: 1, URL: hitInvoice.url, Title: hitInvoice.title, Tool: "web_search", RetrievedAt: &at, Digest: citations.Digest(hitInvoice.content), Lead: citations.Lead(hitInvoice.content), CallID: "call_a", MessageID: toolMsg["call_a"]},
+		{N: 2, URL: hitTypes.url, Title: hitTypes.title, Tool: "web_search", RetrievedAt: &at, Digest: citations.Digest(hitTypes.content), Lead: citations.Lead(hitTypes.content), CallID: "call_a", MessageID: toolMsg["call_a"]},
+		{N: 4, URL: pageGuide.url, Title: pageGuide.title, Tool: "open_web_page", RetrievedAt: &at, Digest: citations.Digest(pageGuide.content), Lead: citations.Lead(pageGuide.content), CallID: "call_b", MessageID: toolMsg["call_b"]},
 	}
 	require.Equal(t, want, out.Citations)
 

@@ -189,8 +189,14 @@ func (rs *runState) loop() (store.Phase, string) {
 			content := rs.reg.AddLinks(citations.ToolResult{Tool: c.Name, CallID: c.ID, Content: results[i].content, At: at}, rs.links)
 			round = append(round, store.Message{SessionID: h.SessionID, RunID: h.ID, Role: store.RoleTool, Content: content, ToolCallID: c.ID, ToolName: c.Name, CreatedAt: at})
 		}
-		if _, err := st.AppendMessages(rs.pctx, round); err != nil {
+		stored, err := st.AppendMessages(rs.pctx, round)
+		if err != nil {
 			return store.PhaseFailed, rs.storeFailed(err)
+		}
+		for _, m := range stored {
+			if m.Role == store.RoleTool && m.ID != 0 {
+				rs.reg.SetMessageID(m.ToolCallID, m.ID)
+			}
 		}
 		snap := rs.snapshot()
 		for i, c := range calls {

@@ -76,6 +76,18 @@ func (r *Registry) Len() int { return len(r.sources) }
 // Sources returns the entries in registry order. The slice must not be modified.
 func (r *Registry) Sources() []Source { return r.sources }
 
+// SetMessageID names the stored TOOL message of tool call callID on the sources it gave that do
+// not name one yet. The agent enters a result before the store assigns the message's id, and calls
+// this once the round is stored, so the citations it writes point at their message
+// (Citation.MessageID) and a preview reads that one message by its id.
+func (r *Registry) SetMessageID(callID string, id uint64) {
+	for i := range r.sources {
+		if s := &r.sources[i]; s.CallID == callID && s.MessageID == 0 {
+			s.MessageID = id
+		}
+	}
+}
+
 // Lookup returns the source with registry number n.
 func (r *Registry) Lookup(n int) (Source, bool) {
 	if n < 1 || n > len(r.sources) {

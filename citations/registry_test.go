@@ -456,3 +456,26 @@ func TestExcerptsFromJSONAreKnownValid(t *testing.T) {
 	}
 	assert.Equal(t, "戊\uFFFD己", v.Citations[2].Lead)
 }
+
+// TestSetMessageID: the stored TOOL message's id reaches the sources of its call only, never
+// overwrites an id a source already has (a URL first seen in an earlier call keeps that call's
+// message), and Verify writes it into the citations.
+func TestSetMessageID(t *testing.T) {
+	var r Registry
+	r.Add(ToolResult{Tool: ToolWebSearch, CallID: "c1", Content: ws(item("A", "https://a.example/"), item("B", "https://b.example/"))})
+	r.Add(ToolResult{Tool: ToolWebSearch, CallID: "c2", Content: ws(item("B again", "https://b.example/"), item("C", "https://c.example/"))})
+	r.SetMessageID("c1", 11)
+	r.SetMessageID("c2", 12)
+	r.SetMessageID("c1", 99) // a second call for the same id changes nothing
+	r.SetMessageID("c9", 13) // a call that gave no source
+	got := map[string]uint64{}
+	for _, s := range r.Sources() {
+		got[s.URL] = s.MessageID
+	}
+	assert.Equal(t, map[string]uint64{"https://a.example/": 11, "https://b.example/": 11, "https://c.example/": 12}, got)
+	res := Verify("A[^1^] C[^3^]", &r)
+	require.Len(t, res.Citations, 2)
+	assert.Equal(t, uint64(11), res.Citations[0].MessageID)
+	assert.Equal(t, uint64(12), res.Citations[1].MessageID)
+	assert.Equal(t, "c2", res.Citations[1].CallID)
+}

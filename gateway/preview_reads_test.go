@@ -44,20 +44,43 @@ func toolMessages(t *testing.T, f *previewFixture) map[string]store.Message {
 	return out
 }
 
-// TestPreviewReadsOneToolMessage: a citation written by a run names its tool call, and the
-// preview reads the answer and that one TOOL message, never the run; the excerpts are the ones
+// TestPreviewReadsOneToolMessage: a citation written by a run names its tool call and that call's
+// stored TOOL message, and the preview reads the answer and that one message by id, never the run;
+// a record that names only the call reads the message through the call; the excerpts are the ones
 // the run-wide registry gives (they are compared with a preview of the same record with the
-// call ids taken out, which still takes the old path and reads the run).
+// call and message ids taken out, which still takes the old path and reads the run).
 func TestPreviewReadsOneToolMessage(t *testing.T) {
 	rc := &readCounter{}
 	f := newPreviewFixture(t, false, withReadCounter(rc))
 	calls := map[int]string{}
+	tools := toolMessages(t, f)
 	for _, c := range f.out.Citations {
 		assert.NotEmpty(t, c.CallID, "citation %d names its tool call", c.N)
 		calls[c.N] = c.CallID
+		assert.Equal(t, tools[c.CallID].ID, c.MessageID, "citation %d names its call's stored tool message", c.N)
 	}
 	assert.Equal(t, map[int]string{1: "call_1", 2: "call_2", 3: "call_2"}, calls)
+	stored, err := f.e.st.GetMessage(context.Background(), f.out.FinalMessageID)
+	require.NoError(t, err)
+	assert.Equal(t, f.out.Citations, citations.FromMetadata(stored.Metadata), "the stored record is the run's")
 
+	rc.reset()
+	rc.mu.Lock()
+	rc.refuseRun = true
+	rc.mu.Unlock()
+	byID := map[int]map[string]any{}
+	for n := 1; n <= 3; n++ {
+		status, _, p := f.preview(t, n, "")
+		require.Equal(t, http.StatusOK, status, p)
+		byID[n] = p
+	}
+	assert.Equal(t, 6, rc.n("GetMessage"), "per preview: the answer and its tool message, by id")
+	assert.Zero(t, rc.n("GetToolResult"))
+	assert.Zero(t, rc.n("ListRunMessages"))
+	assert.Zero(t, rc.n("ListMessages"))
+
+	// A record that names only the call (written before citations named their message).
+	setCitations(t, f, func(c *citations.Citation) { c.MessageID = 0 })
 	rc.reset()
 	rc.mu.Lock()
 	rc.refuseRun = true
@@ -72,6 +95,7 @@ func TestPreviewReadsOneToolMessage(t *testing.T) {
 	assert.Equal(t, 3, rc.n("GetToolResult"), "one tool message per preview")
 	assert.Zero(t, rc.n("ListRunMessages"))
 	assert.Zero(t, rc.n("ListMessages"))
+	assert.Equal(t, byID, newPath, "the same previews through the call")
 
 	// A record written before citations named their call: the run is read, the answer is the same.
 	setCitations(t, f, func(c *citations.Citation) { c.CallID, c.MessageID = "", 0 })
@@ -87,8 +111,7 @@ func TestPreviewReadsOneToolMessage(t *testing.T) {
 	assert.Equal(t, 3, rc.n("ListRunMessages"), "old records rebuild the run's registry")
 	assert.Zero(t, rc.n("GetToolResult"))
 
-	// A record that names the tool message itself reads it by id.
-	tools := toolMessages(t, f)
+	// The message id alone is enough.
 	setCitations(t, f, func(c *citations.Citation) { c.MessageID = tools[calls[c.N]].ID })
 	rc.reset()
 	for n := 1; n <= 3; n++ {
