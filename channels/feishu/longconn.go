@@ -43,6 +43,10 @@ const (
 	partsTTL        = 5 * time.Second // the SDK's cache lifetime for an incomplete payload
 )
 
+// maxConfigSeconds caps the server's intervals (an hour): a huge value would overflow
+// time.Duration into a negative one, and a negative ping interval pings in a tight loop.
+const maxConfigSeconds = 3600
+
 // endpointConfig is what the endpoint (and every pong) says about the connection.
 type endpointConfig struct {
 	ping      time.Duration // how often to ping; the server's PingInterval, default 120s
@@ -63,10 +67,10 @@ func (e *endpointConfig) apply(cc *larkws.ClientConfig) {
 		return
 	}
 	if cc.PingInterval > 0 {
-		e.ping = time.Duration(cc.PingInterval) * time.Second
+		e.ping = time.Duration(min(cc.PingInterval, maxConfigSeconds)) * time.Second
 	}
 	if cc.ReconnectNonce > 0 {
-		e.nonce = time.Duration(cc.ReconnectNonce) * time.Second
+		e.nonce = time.Duration(min(cc.ReconnectNonce, maxConfigSeconds)) * time.Second
 	}
 }
 
@@ -277,7 +281,19 @@ func (c *Channel) serveConn(ctx context.Context, u *url.URL, ec *endpointConfig,
 		}
 	}()
 
-	parts := newReassembly()
+	fh := &frameHandler{c: c, ctx: ctx, w: k, d: d, parts: newReassembly(), onConfig: func(cc *larkws.ClientConfig) {
+		cfgMu.Lock()
+		before := ec.ping
+		ec.apply(cc)
+		changed := ec.ping != before
+		cfgMu.Unlock()
+		if changed {
+			select {
+			case reconfigured <- struct{}{}:
+			default:
+			}
+		}
+	}}
 	for {
 		mt, data, err := ws.ReadMessage()
 		if err != nil {
@@ -294,47 +310,70 @@ func (c *Channel) serveConn(ctx context.Context, u *url.URL, ec *endpointConfig,
 		if mt != websocket.BinaryMessage {
 			continue
 		}
-		var f larkws.Frame
-		if err := f.Unmarshal(data); err != nil {
-			c.log.Warn("feishu long connection: undecodable frame dropped", "bytes", len(data), "err", err)
-			continue
-		}
-		hs := larkws.Headers(f.Headers)
-		switch larkws.FrameType(f.Method) {
-		case larkws.FrameTypeControl:
-			if hs.GetString(larkws.HeaderType) == string(larkws.MessageTypePong) && len(f.Payload) > 0 {
-				var cc larkws.ClientConfig
-				if err := json.Unmarshal(f.Payload, &cc); err != nil {
-					c.log.Warn("feishu long connection: bad client config in pong", "err", err)
-					continue
-				}
-				cfgMu.Lock()
-				before := ec.ping
-				ec.apply(&cc)
-				changed := ec.ping != before
-				cfgMu.Unlock()
-				if changed {
-					select {
-					case reconfigured <- struct{}{}:
-					default:
-					}
-				}
-			}
-		case larkws.FrameTypeData:
-			payload, ok := parts.add(&f, hs, time.Now())
-			if !ok {
-				continue
-			}
-			if err := c.answerFrame(ctx, k, &f, hs, payload, d); err != nil {
-				return true, err
-			}
+		if err := fh.safeHandle(data); err != nil {
+			return true, err
 		}
 	}
 }
 
+// frameWriter sends one frame on the connection (wsConn; tests record them).
+type frameWriter interface {
+	write(f *larkws.Frame) error
+}
+
+// frameHandler is what one connection's read loop does with each binary message.
+type frameHandler struct {
+	c        *Channel
+	ctx      context.Context
+	w        frameWriter
+	d        *dispatcher.EventDispatcher
+	parts    *reassembly
+	onConfig func(*larkws.ClientConfig) // a pong's client config
+}
+
+// safeHandle is handle with a recover: a frame that trips a bug is dropped (with a log line), it
+// does not end the connection or the process. The error is a failed ack write (the connection is
+// gone).
+func (h *frameHandler) safeHandle(data []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.c.log.Error("feishu long connection: frame handling panicked; frame dropped", "panic", r, "bytes", len(data))
+			err = nil
+		}
+	}()
+	return h.handle(data)
+}
+
+func (h *frameHandler) handle(data []byte) error {
+	var f larkws.Frame
+	if err := f.Unmarshal(data); err != nil {
+		h.c.log.Warn("feishu long connection: undecodable frame dropped", "bytes", len(data), "err", err)
+		return nil
+	}
+	hs := larkws.Headers(f.Headers)
+	switch larkws.FrameType(f.Method) {
+	case larkws.FrameTypeControl:
+		if hs.GetString(larkws.HeaderType) == string(larkws.MessageTypePong) && len(f.Payload) > 0 {
+			var cc larkws.ClientConfig
+			if err := json.Unmarshal(f.Payload, &cc); err != nil {
+				h.c.log.Warn("feishu long connection: bad client config in pong", "err", err)
+				return nil
+			}
+			h.onConfig(&cc)
+		}
+	case larkws.FrameTypeData:
+		payload, ok := h.parts.add(&f, hs, time.Now())
+		if !ok {
+			return nil
+		}
+		return h.c.answerFrame(h.ctx, h.w, &f, hs, payload, h.d)
+	}
+	return nil
+}
+
 // answerFrame hands a complete event to the dispatcher and acknowledges it on the frame that
 // completed it, with the handling time in biz_rt. Cards (interactive callbacks) are not used.
-func (c *Channel) answerFrame(ctx context.Context, k *wsConn, f *larkws.Frame, hs larkws.Headers, payload []byte, d *dispatcher.EventDispatcher) error {
+func (c *Channel) answerFrame(ctx context.Context, k frameWriter, f *larkws.Frame, hs larkws.Headers, payload []byte, d *dispatcher.EventDispatcher) error {
 	if hs.GetString(larkws.HeaderType) != string(larkws.MessageTypeEvent) {
 		return nil
 	}

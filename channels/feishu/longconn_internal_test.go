@@ -1,6 +1,8 @@
 package feishu
 
 import (
+	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -136,4 +138,101 @@ func TestEndpointConfigIgnoresZeroFields(t *testing.T) {
 	ec.apply(&larkws.ClientConfig{PingInterval: 5, ReconnectNonce: 7, ReconnectInterval: 9})
 	assert.Equal(t, 5*time.Second, ec.ping)
 	assert.Equal(t, 7*time.Second, ec.nonce)
+}
+
+func TestEndpointConfigCapsHugeIntervals(t *testing.T) {
+	ec := defaultEndpointConfig()
+	ec.apply(&larkws.ClientConfig{PingInterval: 1 << 40, ReconnectNonce: 1 << 40})
+	assert.Equal(t, time.Hour, ec.ping, "an overflowing interval would turn negative and ping in a loop")
+	assert.Equal(t, time.Hour, ec.nonce)
+}
+
+// recordWriter keeps the frames a frameHandler writes.
+type recordWriter struct{ frames []larkws.Frame }
+
+func (w *recordWriter) write(f *larkws.Frame) error {
+	w.frames = append(w.frames, *f)
+	return nil
+}
+
+func marshalFrame(t testing.TB, f *larkws.Frame) []byte {
+	b, err := f.Marshal()
+	require.NoError(t, err)
+	return b
+}
+
+// FuzzFrameHandler: whatever bytes arrive as a websocket message, handling them does not panic
+// (the read loop's recover is the last resort, not the plan), and every frame written back is the
+// ack of a data frame: code 200 or 500 in a JSON response. Each input is handled twice on one
+// reassembly that already holds the first part of a split payload, so repeated and completing
+// parts are exercised too.
+func FuzzFrameHandler(f *testing.F) {
+	ev := []byte(`{"schema":"2.0","header":{"event_id":"e1","event_type":"im.message.receive_v1","token":"","app_id":"cli"},"event":{"message":{"message_id":"om_1","chat_id":"oc_1","chat_type":"p2p","message_type":"text","content":"{\"text\":\"hi\"}"},"sender":{"sender_id":{"open_id":"ou_1"}}}}`)
+	one, _ := dataFrame("f1", 1, 0, string(ev))
+	second, _ := dataFrame("split", 2, 1, string(ev[len(ev)/2:]))
+	pong := larkws.Frame{Method: int32(larkws.FrameTypeControl), Headers: larkws.Headers{{Key: larkws.HeaderType, Value: string(larkws.MessageTypePong)}}, Payload: []byte(`{"PingInterval":-5,"ReconnectNonce":99999999999}`)}
+	for _, seed := range []*larkws.Frame{one, second, &pong} {
+		f.Add(marshalFrame(f, seed))
+	}
+	f.Add([]byte{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Add([]byte("not a frame"))
+	c, err := New(Config{AppID: "cli", AppSecret: "secret"})
+	require.NoError(f, err)
+	d := c.newEventDispatcher("", "")
+	first, _ := dataFrame("split", 2, 0, string(ev[:len(ev)/2]))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w := &recordWriter{}
+		h := &frameHandler{c: c, ctx: context.Background(), w: w, d: d, parts: newReassembly(), onConfig: func(cc *larkws.ClientConfig) {
+			ec := defaultEndpointConfig()
+			ec.apply(cc)
+			if ec.ping <= 0 || ec.nonce <= 0 {
+				t.Fatalf("config %+v gives ping %v nonce %v", cc, ec.ping, ec.nonce)
+			}
+		}}
+		fr, hs := first, larkws.Headers(first.Headers)
+		_, _ = h.parts.add(fr, hs, time.Now())
+		for range 2 {
+			require.NoError(t, h.handle(data))
+		}
+		for _, out := range w.frames {
+			assert.Equal(t, int32(larkws.FrameTypeData), out.Method)
+			var resp larkws.Response
+			require.NoError(t, json.Unmarshal(out.Payload, &resp))
+			assert.Contains(t, []int{200, 500}, resp.StatusCode)
+		}
+	})
+}
+
+// TestFrameHandlerAcks: a complete event is acknowledged on the frame that completed it, with
+// biz_rt, and 500 while the channel is not running (Feishu pushes it again to a live connection);
+// the first part of a split payload gets no ack; a pong reconfigures.
+func TestFrameHandlerAcks(t *testing.T) {
+	c, err := New(Config{AppID: "cli", AppSecret: "secret"})
+	require.NoError(t, err)
+	w := &recordWriter{}
+	var got []*larkws.ClientConfig
+	h := &frameHandler{c: c, ctx: context.Background(), w: w, d: c.newEventDispatcher("", ""), parts: newReassembly(),
+		onConfig: func(cc *larkws.ClientConfig) { got = append(got, cc) }}
+	ev := `{"schema":"2.0","header":{"event_id":"e1","event_type":"im.message.receive_v1"},"event":{}}`
+	a, _ := dataFrame("m", 2, 0, ev[:10])
+	b, _ := dataFrame("m", 2, 1, ev[10:])
+	require.NoError(t, h.handle(marshalFrame(t, a)))
+	assert.Empty(t, w.frames, "no ack for a part")
+	require.NoError(t, h.handle(marshalFrame(t, b)))
+	require.Len(t, w.frames, 1)
+	ack := w.frames[0]
+	hs := larkws.Headers(ack.Headers)
+	assert.Equal(t, "m", hs.GetString(larkws.HeaderMessageID))
+	assert.Equal(t, "1", hs.GetString(larkws.HeaderSeq), "acked on the completing frame")
+	assert.NotEmpty(t, hs.GetString(larkws.HeaderBizRt))
+	var resp larkws.Response
+	require.NoError(t, json.Unmarshal(ack.Payload, &resp))
+	assert.Equal(t, 500, resp.StatusCode, "not running: refused so Feishu re-delivers")
+
+	pong := larkws.Frame{Method: int32(larkws.FrameTypeControl), Headers: larkws.Headers{{Key: larkws.HeaderType, Value: string(larkws.MessageTypePong)}}, Payload: []byte(`{"PingInterval":7}`)}
+	require.NoError(t, h.handle(marshalFrame(t, &pong)))
+	require.Len(t, got, 1)
+	assert.Equal(t, 7, got[0].PingInterval)
+	require.NoError(t, h.safeHandle([]byte("garbage")))
+	assert.Len(t, w.frames, 1, "garbage is dropped without an answer")
 }
