@@ -64,16 +64,22 @@ func TestPreviewReadsOneToolMessage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, f.out.Citations, citations.FromMetadata(stored.Metadata), "the stored record is the run's")
 
-	rc.reset()
-	rc.mu.Lock()
-	rc.refuseRun = true
-	rc.mu.Unlock()
-	byID := map[int]map[string]any{}
-	for n := 1; n <= 3; n++ {
-		status, _, p := f.preview(t, n, "")
-		require.Equal(t, http.StatusOK, status, p)
-		byID[n] = p
+	// previewAll previews citations 1–3 with the counter reset; refuseRun makes a read of the
+	// whole run fail.
+	previewAll := func(refuseRun bool) map[int]map[string]any {
+		rc.reset()
+		rc.mu.Lock()
+		rc.refuseRun = refuseRun
+		rc.mu.Unlock()
+		out := map[int]map[string]any{}
+		for n := 1; n <= 3; n++ {
+			status, _, p := f.preview(t, n, "")
+			require.Equal(t, http.StatusOK, status, p)
+			out[n] = p
+		}
+		return out
 	}
+	byID := previewAll(true)
 	assert.Equal(t, 6, rc.n("GetMessage"), "per preview: the answer and its tool message, by id")
 	assert.Zero(t, rc.n("GetToolResult"))
 	assert.Zero(t, rc.n("ListRunMessages"))
@@ -81,16 +87,7 @@ func TestPreviewReadsOneToolMessage(t *testing.T) {
 
 	// A record that names only the call (written before citations named their message).
 	setCitations(t, f, func(c *citations.Citation) { c.MessageID = 0 })
-	rc.reset()
-	rc.mu.Lock()
-	rc.refuseRun = true
-	rc.mu.Unlock()
-	newPath := map[int]map[string]any{}
-	for n := 1; n <= 3; n++ {
-		status, _, p := f.preview(t, n, "")
-		require.Equal(t, http.StatusOK, status, p)
-		newPath[n] = p
-	}
+	newPath := previewAll(true)
 	assert.Equal(t, 3, rc.n("GetMessage"), "one answer read per preview")
 	assert.Equal(t, 3, rc.n("GetToolResult"), "one tool message per preview")
 	assert.Zero(t, rc.n("ListRunMessages"))
@@ -99,26 +96,13 @@ func TestPreviewReadsOneToolMessage(t *testing.T) {
 
 	// A record written before citations named their call: the run is read, the answer is the same.
 	setCitations(t, f, func(c *citations.Citation) { c.CallID, c.MessageID = "", 0 })
-	rc.reset()
-	rc.mu.Lock()
-	rc.refuseRun = false
-	rc.mu.Unlock()
-	for n := 1; n <= 3; n++ {
-		status, _, p := f.preview(t, n, "")
-		require.Equal(t, http.StatusOK, status, p)
-		assert.Equal(t, newPath[n], p, "citation %d: the same preview either way", n)
-	}
+	assert.Equal(t, newPath, previewAll(false), "the same previews either way")
 	assert.Equal(t, 3, rc.n("ListRunMessages"), "old records rebuild the run's registry")
 	assert.Zero(t, rc.n("GetToolResult"))
 
 	// The message id alone is enough.
 	setCitations(t, f, func(c *citations.Citation) { c.MessageID = tools[calls[c.N]].ID })
-	rc.reset()
-	for n := 1; n <= 3; n++ {
-		status, _, p := f.preview(t, n, "")
-		require.Equal(t, http.StatusOK, status, p)
-		assert.Equal(t, newPath[n], p, "citation %d", n)
-	}
+	assert.Equal(t, newPath, previewAll(true))
 	assert.Equal(t, 6, rc.n("GetMessage"), "the answer and the tool message")
 	assert.Zero(t, rc.n("GetToolResult"))
 	assert.Zero(t, rc.n("ListRunMessages"))
