@@ -9,6 +9,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -30,15 +31,30 @@ type State struct {
 	Attempts int       `json:"attempts,omitempty"` // consecutive failed starts
 }
 
-// readyKey carries the callback a blocking Start calls once it is up.
+// readyKey carries the callbacks a blocking Start reports its connection through.
 type readyKey struct{}
 
+type readiness struct {
+	ready func()
+	lost  func(err error, attempts int)
+}
+
 // MarkReady tells the supervisor running ctx's Start that the channel is connected. Channels whose
-// Start blocks while connected (long connections) call it; a Start that returns nil once ready needs
-// not. Outside a supervisor it does nothing.
+// Start blocks while connected (long connections) call it, again after every reconnect; a Start
+// that returns nil once ready needs not. Outside a supervisor it does nothing.
 func MarkReady(ctx context.Context) {
-	if f, ok := ctx.Value(readyKey{}).(func()); ok {
-		f()
+	if r, ok := ctx.Value(readyKey{}).(*readiness); ok {
+		r.ready()
+	}
+}
+
+// MarkLost tells the supervisor that a long connection whose Start keeps running has lost its
+// connection and is trying to get it back, attempts times so far: the channel shows as retrying,
+// with err explained, until the next MarkReady. A long connection calls it once a reconnect has
+// failed, not when the socket drops, so that a reconnect within a second does not flap /readyz.
+func MarkLost(ctx context.Context, err error, attempts int) {
+	if r, ok := ctx.Value(readyKey{}).(*readiness); ok {
+		r.lost(err, attempts)
 	}
 }
 
@@ -138,15 +154,22 @@ func (s *Supervisor) Run(ctx context.Context, ch Channel, h Handler) {
 		if failures == 0 {
 			s.set(name, PhaseStarting, "", 0)
 		}
-		var once sync.Once
+		var connected atomic.Bool
 		ready := func() {
-			once.Do(func() {
-				failures = 0
-				s.set(name, PhaseConnected, "", 0)
-				s.log.Info("channel connected", "channel", name)
-			})
+			if connected.Swap(true) {
+				return
+			}
+			failures = 0
+			s.set(name, PhaseConnected, "", 0)
+			s.log.Info("channel connected", "channel", name)
 		}
-		err := s.start(context.WithValue(ctx, readyKey{}, ready), ch, h)
+		lost := func(err error, attempts int) {
+			connected.Store(false)
+			why := Explain(err)
+			s.set(name, PhaseRetrying, why, attempts)
+			s.log.Warn("channel connection lost; reconnecting", "channel", name, "reason", why, "attempt", attempts)
+		}
+		err := s.start(context.WithValue(ctx, readyKey{}, &readiness{ready: ready, lost: lost}), ch, h)
 		if ctx.Err() != nil {
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,4 +169,38 @@ func TestSupervisorFailedIsFinal(t *testing.T) {
 	cancel()
 	<-done
 	assert.True(t, panicked.Load())
+}
+
+// TestSupervisorMarkLost: a long connection that reports a lost connection while its Start keeps
+// running shows as retrying with the reason explained and its attempt count, and as connected
+// again on the next MarkReady; Start is not restarted for it.
+func TestSupervisorMarkLost(t *testing.T) {
+	sup := NewSupervisor(SupervisorConfig{})
+	lost, back, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	ch := &scriptedChannel{name: "dingtalk", start: func(ctx context.Context, n int) error {
+		MarkReady(ctx)
+		<-lost
+		MarkLost(ctx, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, 3)
+		<-back
+		MarkReady(ctx)
+		<-release
+		<-ctx.Done()
+		return nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sup.Run(ctx, ch, nil) }()
+	phase := func() State { st, _ := sup.State("dingtalk"); return st }
+	require.Eventually(t, func() bool { return phase().Phase == PhaseConnected }, 30*time.Second, time.Millisecond)
+	close(lost)
+	require.Eventually(t, func() bool { return phase().Phase == PhaseRetrying }, 30*time.Second, time.Millisecond)
+	assert.Contains(t, phase().Reason, "connection refused")
+	assert.Equal(t, 3, phase().Attempts)
+	close(back)
+	require.Eventually(t, func() bool { return phase().Phase == PhaseConnected }, 30*time.Second, time.Millisecond)
+	assert.Zero(t, phase().Attempts)
+	close(release)
+	assert.Equal(t, int32(1), ch.starts.Load(), "Start was not restarted")
+	cancel()
+	<-done
 }

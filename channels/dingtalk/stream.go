@@ -65,14 +65,13 @@ func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
 				return fmt.Errorf("dingtalk: cannot start (check client_id/client_secret): %w", err)
 			}
 			failures++
+			channels.MarkLost(ctx, err, failures)
 			d := c.backoff(failures)
 			c.log.Warn("dingtalk: stream connection open failed; retrying", "err", err, "attempt", failures, "delay", d)
 			sleepCtx(ctx, d)
 			continue
 		}
 		first = false
-		// The platform accepted the credentials and handed out an endpoint: connected for /readyz.
-		channels.MarkReady(ctx)
 		dialed, err := c.runConnection(ctx, ep, h)
 		if ctx.Err() != nil {
 			break
@@ -81,6 +80,9 @@ func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
 			failures = 0
 		} else {
 			failures++
+			// Down for more than one quick reconnect: /readyz and the metrics say so until the
+			// next socket opens (runConnection marks it ready).
+			channels.MarkLost(ctx, err, failures)
 		}
 		d := c.backoff(failures)
 		c.log.Warn("dingtalk: stream connection ended; reconnecting", "err", err, "delay", d)
@@ -211,6 +213,7 @@ func (c *Channel) runConnection(ctx context.Context, ep *payload.ConnectionEndpo
 	}
 	k := &conn{ws: ws}
 	c.log.Info("dingtalk: stream connected")
+	channels.MarkReady(ctx)
 
 	connCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -277,3 +277,32 @@ func ctxT(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// A Stream connection that cannot get back shows as retrying in the supervisor's state (/readyz
+// and citegate_channel_state), with the gateway's answer as the reason, until a socket opens again.
+func TestStreamOutageShowsInChannelState(t *testing.T) {
+	e := newEnv(t, nil)
+	sup := channels.NewSupervisor(channels.SupervisorConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sup.Run(ctx, e.ch, newRecorder()) }()
+	t.Cleanup(func() { cancel(); <-done })
+	phase := func() channels.State { st, _ := sup.State(dingtalk.Name); return st }
+	// The supervisor's state is not a fake event (e.await wakes on those): poll it.
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		require.Eventually(t, cond, 10*time.Second, 5*time.Millisecond, what)
+	}
+	poll("connected", func() bool { return phase().Phase == channels.PhaseConnected })
+
+	e.fake.FailNext(http.MethodPost, dingtalkfake.PathOpen, 1_000_000, http.StatusServiceUnavailable, "ServiceUnavailable")
+	e.fake.DropConnections()
+	poll("retrying during the outage", func() bool { return phase().Phase == channels.PhaseRetrying })
+	st := phase()
+	assert.Contains(t, st.Reason, "503")
+	assert.Positive(t, st.Attempts)
+
+	e.fake.ClearFailures()
+	require.NoError(t, e.fake.WaitConnected(ctxT(t), 2))
+	poll("connected again", func() bool { return phase().Phase == channels.PhaseConnected })
+}

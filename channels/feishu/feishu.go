@@ -197,10 +197,8 @@ func (c *Channel) Start(ctx context.Context, h channels.Handler) error {
 	c.runCtx = ctx
 	c.mu.Unlock()
 	c.log.Info("feishu channel ready", "mode", c.cfg.Mode, "bot_open_id", openID)
-	// The long connection reconnects on its own (runLongConn); from here on the channel counts as
-	// connected for /readyz.
-	channels.MarkReady(ctx)
-
+	// A webhook channel is connected once Start returns; the long connection tells the supervisor
+	// itself, whenever its socket opens and when a reconnect fails (runLongConn).
 	if c.cfg.Mode == ModeWebhook {
 		return nil
 	}

@@ -113,6 +113,9 @@ func (c *Channel) runLongConn(ctx context.Context) error {
 			first, failures = false, 0
 		} else {
 			failures++
+			// Down for more than one quick reconnect: /readyz and the metrics say so until the
+			// next socket opens (serveConn marks it ready).
+			channels.MarkLost(ctx, err, failures)
 		}
 		wait := c.reconnectDelay(ec, failures)
 		c.log.Warn("feishu long connection ended; reconnecting", "err", err, "attempt", failures, "delay", wait.Round(time.Millisecond))
@@ -226,6 +229,7 @@ func (c *Channel) serveConn(ctx context.Context, u *url.URL, ec *endpointConfig,
 	k := &wsConn{ws: ws}
 	connID := u.Query().Get(larkws.DeviceID)
 	c.log.Info("feishu long connection open", "host", u.Host, "conn_id", connID)
+	channels.MarkReady(ctx)
 
 	connCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

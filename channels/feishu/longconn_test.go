@@ -1,6 +1,7 @@
 package feishu_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/citegate/citegate/channels"
 	"github.com/citegate/citegate/channels/feishu"
 	"github.com/citegate/citegate/internal/fakes/feishu"
 )
@@ -160,4 +162,31 @@ func TestLongConnPongReconfiguresPing(t *testing.T) {
 	startLongConn(t, fake, newRecorder(), nil)
 	waitFor(t, "pings every second after the first pong", func() bool { return fake.Pings() >= 3 })
 	assert.Equal(t, 1, fake.Connected())
+}
+
+// A long connection that cannot get back shows as retrying in the supervisor's state (/readyz and
+// citegate_channel_state), with the platform's reason, until a socket opens again; the first
+// connection, and the one after the outage, show as connected.
+func TestLongConnOutageShowsInChannelState(t *testing.T) {
+	fake := newFake(t)
+	ch, _ := newChannel(t, fake, fastReconnect)
+	sup := channels.NewSupervisor(channels.SupervisorConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sup.Run(ctx, ch, newRecorder()) }()
+	t.Cleanup(func() { cancel(); <-done })
+	phase := func() channels.State { st, _ := sup.State(feishu.Name); return st }
+	waitFor(t, "connected", func() bool { return phase().Phase == channels.PhaseConnected })
+	require.Equal(t, 1, fake.Connected())
+
+	fake.InjectError(feishufake.OpEndpoint, 1, 1_000_000) // the endpoint is busy until cleared
+	fake.DropConnections()
+	waitFor(t, "retrying during the outage", func() bool { return phase().Phase == channels.PhaseRetrying })
+	st := phase()
+	assert.Contains(t, st.Reason, "code 1")
+	assert.Positive(t, st.Attempts)
+
+	fake.ClearInjections()
+	require.NoError(t, fake.WaitConnected(ctxT(t), 2))
+	waitFor(t, "connected again", func() bool { return phase().Phase == channels.PhaseConnected })
 }

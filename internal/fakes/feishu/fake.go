@@ -270,6 +270,13 @@ func (s *Server) InjectError(op Op, code, times int) {
 	s.injections = append(s.injections, &injection{op: op, code: code, times: times})
 }
 
+// ClearInjections drops every error injection still pending.
+func (s *Server) ClearInjections() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.injections = nil
+}
+
 // InvalidateTokens revokes every tenant token issued so far (as an expiry would).
 func (s *Server) InvalidateTokens() {
 	s.mu.Lock()
