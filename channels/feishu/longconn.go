@@ -244,10 +244,9 @@ func (c *Channel) serveConn(ctx context.Context, u *url.URL, ec *endpointConfig,
 	var cfgMu sync.Mutex
 	pingEvery := func() time.Duration { cfgMu.Lock(); defer cfgMu.Unlock(); return ec.ping }
 	reconfigured := make(chan struct{}, 1) // a pong changed the ping interval
-	alive := func() {
-		p := pingEvery()
-		_ = ws.SetReadDeadline(time.Now().Add(p + min(p, 30*time.Second)))
-	}
+	// idle is how long the connection may stay silent: the ping interval plus up to 30 s for the pong.
+	idle := func() time.Duration { p := pingEvery(); return p + min(p, 30*time.Second) }
+	alive := func() { _ = ws.SetReadDeadline(time.Now().Add(idle())) }
 	alive()
 	ws.SetReadLimit(maxPayloadBytes + 1<<16)
 
@@ -285,7 +284,10 @@ func (c *Channel) serveConn(ctx context.Context, u *url.URL, ec *endpointConfig,
 		}
 	}()
 
-	fh := &frameHandler{c: c, ctx: ctx, w: k, d: d, parts: newReassembly(), onConfig: func(cc *larkws.ClientConfig) {
+	dropped := func(id, why string) {
+		c.log.Warn("feishu long connection: event dropped (not acked)", "message_id", id, "why", why)
+	}
+	fh := &frameHandler{c: c, ctx: ctx, w: k, d: d, parts: newReassembly(dropped), onConfig: func(cc *larkws.ClientConfig) {
 		cfgMu.Lock()
 		before := ec.ping
 		ec.apply(cc)
@@ -306,7 +308,7 @@ func (c *Channel) serveConn(ctx context.Context, u *url.URL, ec *endpointConfig,
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return true, fmt.Errorf("silent for %s (no pong)", pingEvery()+min(pingEvery(), 30*time.Second))
+				return true, fmt.Errorf("silent for %s (no pong)", idle())
 			}
 			return true, fmt.Errorf("read: %w", err)
 		}
@@ -420,6 +422,8 @@ func (c *Channel) recoverGoroutine(what string) {
 // shared message_id). It belongs to the one read loop, so it needs no lock.
 type reassembly struct {
 	pending map[string]*partial
+	// dropped hears of every frame or payload that is given up, and why; nil ignores them.
+	dropped func(messageID, why string)
 }
 
 type partial struct {
@@ -429,7 +433,12 @@ type partial struct {
 	expires time.Time
 }
 
-func newReassembly() *reassembly { return &reassembly{pending: map[string]*partial{}} }
+func newReassembly(dropped func(messageID, why string)) *reassembly {
+	if dropped == nil {
+		dropped = func(string, string) {}
+	}
+	return &reassembly{pending: map[string]*partial{}, dropped: dropped}
+}
 
 // add takes one data frame and returns the payload once every part is in. A frame outside the
 // bounds (sum, seq, size) is dropped; an incomplete payload is forgotten after partsTTL.
@@ -441,12 +450,14 @@ func (r *reassembly) add(f *larkws.Frame, hs larkws.Headers, now time.Time) ([]b
 	for id, p := range r.pending {
 		if now.After(p.expires) {
 			delete(r.pending, id)
+			r.dropped(id, fmt.Sprintf("incomplete after %s: %d of %d parts", partsTTL, p.got, len(p.parts)))
 		}
 	}
+	id := hs.GetString(larkws.HeaderMessageID)
 	if sum > maxFrameParts || seq < 0 || seq >= sum {
+		r.dropped(id, fmt.Sprintf("part %d of %d is outside the bounds (at most %d parts)", seq, sum, maxFrameParts))
 		return nil, false
 	}
-	id := hs.GetString(larkws.HeaderMessageID)
 	p := r.pending[id]
 	if p == nil || len(p.parts) != sum {
 		p = &partial{parts: make([][]byte, sum)}
@@ -462,6 +473,7 @@ func (r *reassembly) add(f *larkws.Frame, hs larkws.Headers, now time.Time) ([]b
 	p.bytes += len(f.Payload)
 	if p.bytes > maxPayloadBytes {
 		delete(r.pending, id)
+		r.dropped(id, fmt.Sprintf("payload over %d bytes", maxPayloadBytes))
 		return nil, false
 	}
 	if p.got < sum {

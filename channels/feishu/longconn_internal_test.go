@@ -31,12 +31,12 @@ func TestReassembly(t *testing.T) {
 	}
 
 	t.Run("single frame passes through", func(t *testing.T) {
-		got, ok := add(newReassembly(), "m", 1, 0, "whole", now)
+		got, ok := add(newReassembly(nil), "m", 1, 0, "whole", now)
 		assert.True(t, ok)
 		assert.Equal(t, "whole", got)
 	})
 	t.Run("out of order and interleaved", func(t *testing.T) {
-		r := newReassembly()
+		r := newReassembly(nil)
 		steps := []struct {
 			id       string
 			seq      int
@@ -57,7 +57,7 @@ func TestReassembly(t *testing.T) {
 		assert.Empty(t, r.pending, "complete payloads are forgotten")
 	})
 	t.Run("a repeated part replaces, is not counted twice", func(t *testing.T) {
-		r := newReassembly()
+		r := newReassembly(nil)
 		_, ok := add(r, "m", 2, 0, "old", now)
 		require.False(t, ok)
 		_, ok = add(r, "m", 2, 0, "new", now)
@@ -67,7 +67,7 @@ func TestReassembly(t *testing.T) {
 		assert.Equal(t, "new!", got)
 	})
 	t.Run("frames the caller's buffer is reused for", func(t *testing.T) {
-		r := newReassembly()
+		r := newReassembly(nil)
 		f, hs := dataFrame("m", 2, 0, "ab")
 		_, _ = r.add(f, hs, now)
 		f.Payload[0] = 'X' // the read buffer of the next message
@@ -76,7 +76,7 @@ func TestReassembly(t *testing.T) {
 		assert.Equal(t, "abcd", got)
 	})
 	t.Run("bounds", func(t *testing.T) {
-		r := newReassembly()
+		r := newReassembly(nil)
 		for _, c := range []struct{ sum, seq int }{{maxFrameParts + 1, 0}, {3, 3}, {3, -1}} {
 			_, ok := add(r, "m", c.sum, c.seq, "x", now)
 			assert.False(t, ok)
@@ -94,7 +94,7 @@ func TestReassembly(t *testing.T) {
 		assert.False(t, ok, "its last part starts a new, incomplete payload")
 	})
 	t.Run("an incomplete payload expires", func(t *testing.T) {
-		r := newReassembly()
+		r := newReassembly(nil)
 		_, _ = add(r, "m", 2, 0, "a", now)
 		_, ok := add(r, "other", 2, 0, "x", now.Add(partsTTL+time.Second))
 		require.False(t, ok)
@@ -102,8 +102,23 @@ func TestReassembly(t *testing.T) {
 		_, ok = add(r, "m", 2, 1, "b", now.Add(partsTTL+time.Second))
 		assert.False(t, ok, "the late part cannot complete a forgotten payload")
 	})
+	t.Run("every drop is reported with its reason", func(t *testing.T) {
+		var why []string
+		r := newReassembly(func(id, w string) { why = append(why, id+": "+w) })
+		_, _ = add(r, "bad", maxFrameParts+1, 0, "x", now)
+		big := make([]byte, maxPayloadBytes+1)
+		f, hs := dataFrame("big", 2, 0, "")
+		f.Payload = big
+		_, _ = r.add(f, hs, now)
+		_, _ = add(r, "slow", 2, 0, "a", now)
+		_, _ = add(r, "other", 2, 0, "b", now.Add(partsTTL+time.Second))
+		require.Len(t, why, 3)
+		assert.Contains(t, why[0], "bad: part 0 of 65 is outside the bounds")
+		assert.Contains(t, why[1], "big: payload over")
+		assert.Contains(t, why[2], "slow: incomplete after 5s: 1 of 2 parts")
+	})
 	t.Run("a different sum starts over", func(t *testing.T) {
-		r := newReassembly()
+		r := newReassembly(nil)
 		_, _ = add(r, "m", 3, 0, "a", now)
 		_, ok := add(r, "m", 2, 1, "b", now)
 		require.False(t, ok)
@@ -182,7 +197,7 @@ func FuzzFrameHandler(f *testing.F) {
 	first, _ := dataFrame("split", 2, 0, string(ev[:len(ev)/2]))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		w := &recordWriter{}
-		h := &frameHandler{c: c, ctx: context.Background(), w: w, d: d, parts: newReassembly(), onConfig: func(cc *larkws.ClientConfig) {
+		h := &frameHandler{c: c, ctx: context.Background(), w: w, d: d, parts: newReassembly(nil), onConfig: func(cc *larkws.ClientConfig) {
 			ec := defaultEndpointConfig()
 			ec.apply(cc)
 			if ec.ping <= 0 || ec.nonce <= 0 {
@@ -211,7 +226,7 @@ func TestFrameHandlerAcks(t *testing.T) {
 	require.NoError(t, err)
 	w := &recordWriter{}
 	var got []*larkws.ClientConfig
-	h := &frameHandler{c: c, ctx: context.Background(), w: w, d: c.newEventDispatcher("", ""), parts: newReassembly(),
+	h := &frameHandler{c: c, ctx: context.Background(), w: w, d: c.newEventDispatcher("", ""), parts: newReassembly(nil),
 		onConfig: func(cc *larkws.ClientConfig) { got = append(got, cc) }}
 	ev := `{"schema":"2.0","header":{"event_id":"e1","event_type":"im.message.receive_v1"},"event":{}}`
 	a, _ := dataFrame("m", 2, 0, ev[:10])
