@@ -235,13 +235,13 @@ func (c *Channel) runConnection(ctx context.Context, ep *payload.ConnectionEndpo
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		defer c.recoverGoroutine("stream closer")
+		defer channels.LogPanic(c.log, "stream closer")
 		<-connCtx.Done()
 		_ = ws.Close() // unblocks ReadMessage on shutdown
 	}()
 	go func() {
 		defer wg.Done()
-		defer c.recoverGoroutine("stream pinger")
+		defer channels.LogPanic(c.log, "stream pinger")
 		t := time.NewTicker(ka)
 		defer t.Stop()
 		for {
@@ -277,13 +277,6 @@ func (c *Channel) runConnection(ctx context.Context, ep *payload.ConnectionEndpo
 		if err := c.safeHandleFrame(ctx, k, data, h); err != nil {
 			return true, err
 		}
-	}
-}
-
-// recoverGoroutine logs a panic in a goroutine we started so it cannot take the gateway down.
-func (c *Channel) recoverGoroutine(what string) {
-	if r := recover(); r != nil {
-		c.log.Error("dingtalk: goroutine panicked", "goroutine", what, "panic", r)
 	}
 }
 
@@ -354,7 +347,7 @@ func (c *Channel) handleBotMessage(ctx context.Context, df *payload.DataFrame, h
 	if !ok {
 		c.log.Info("dingtalk: unsupported message type", "msgtype", bm.Msgtype, "msg_id", bm.MsgId)
 		go func() {
-			defer c.recoverGoroutine("unsupported-type notice")
+			defer channels.LogPanic(c.log, "unsupported-type notice")
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			if err := c.Send(sctx, m, "暂时只能回答文字消息，请用文字提问。"); err != nil {

@@ -281,7 +281,9 @@ func ctxT(t *testing.T) context.Context {
 // A Stream connection that cannot get back shows as retrying in the supervisor's state (/readyz
 // and citegate_channel_state), with the gateway's answer as the reason, until a socket opens again.
 func TestStreamOutageShowsInChannelState(t *testing.T) {
-	e := newEnv(t, nil)
+	// Backoff capped low: on a busy machine the outage may last many attempts before the test
+	// sees it, and the reconnect after it must not wait a doubled minute.
+	e := newEnv(t, func(c *dingtalk.Config) { c.MaxReconnectBackoff = 200 * time.Millisecond })
 	sup := channels.NewSupervisor(channels.SupervisorConfig{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -253,13 +253,13 @@ func (c *Channel) serveConn(ctx context.Context, u *url.URL, ec *endpointConfig,
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		defer c.recoverGoroutine("long connection closer")
+		defer channels.LogPanic(c.log, "long connection closer")
 		<-connCtx.Done()
 		_ = ws.Close() // unblocks ReadMessage
 	}()
 	go func() {
 		defer wg.Done()
-		defer c.recoverGoroutine("long connection pinger")
+		defer channels.LogPanic(c.log, "long connection pinger")
 		t := time.NewTimer(0)
 		defer t.Stop()
 		var last time.Time
@@ -408,14 +408,6 @@ func (c *Channel) dispatchEvent(ctx context.Context, d *dispatcher.EventDispatch
 	}()
 	_, err = d.Do(ctx, payload)
 	return err
-}
-
-// recoverGoroutine logs a panic in a goroutine the channel started, so it cannot take the gateway
-// down.
-func (c *Channel) recoverGoroutine(what string) {
-	if r := recover(); r != nil {
-		c.log.Error("feishu goroutine panicked", "goroutine", what, "panic", r)
-	}
 }
 
 // reassembly joins payloads Feishu splits over several data frames (headers sum, seq and the
